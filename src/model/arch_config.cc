@@ -1,0 +1,160 @@
+#include "model/arch_config.h"
+
+#include <string_view>
+
+#include "gguf/gguf.h"
+
+namespace sustain {
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::kLlama: return "llama";
+    case Arch::kQwen2: return "qwen2";
+    case Arch::kQwen3: return "qwen3";
+  }
+  return "?";
+}
+
+const char* rope_scaling_name(RopeScaling s) {
+  switch (s) {
+    case RopeScaling::kNone: return "none";
+    case RopeScaling::kLinear: return "linear";
+    case RopeScaling::kYarn: return "yarn";
+    case RopeScaling::kLlama3: return "llama3";
+  }
+  return "?";
+}
+
+namespace {
+
+// Reads a uint32-sized hyperparameter; a value beyond 2^31 is rejected so
+// later products in 64 bits cannot overflow.
+Expected<uint32_t> get_dim(const gguf::File& f, const std::string& key,
+                           std::optional<uint32_t> dflt = std::nullopt) {
+  if (!f.has(key)) {
+    if (dflt) return *dflt;
+    return error(Code::kBadFile, "{}: required key `{}` is missing", f.path(), key);
+  }
+  SUSTAIN_ASSIGN_OR_RETURN(uint64_t v, f.get_uint(key));
+  if (v > (1u << 31)) return error(Code::kBadFile, "{}: `{}` = {} is out of range", f.path(), key, v);
+  return static_cast<uint32_t>(v);
+}
+
+}  // namespace
+
+Expected<ArchConfig> arch_config_from_gguf(const gguf::File& f) {
+  ArchConfig c;
+  SUSTAIN_ASSIGN_OR_RETURN(std::string arch, f.get_string("general.architecture"));
+  if (arch == "llama") {
+    c.arch = Arch::kLlama;
+  } else if (arch == "qwen2") {
+    c.arch = Arch::kQwen2;
+  } else if (arch == "qwen3") {
+    c.arch = Arch::kQwen3;
+  } else {
+    return error(Code::kUnsupported,
+                 "{}: architecture `{}` is not supported (supported: llama, qwen2, qwen3)",
+                 f.path(), arch);
+  }
+  SUSTAIN_ASSIGN_OR_RETURN(c.name, f.get_string_or("general.name", ""));
+  const std::string p = arch + ".";
+  SUSTAIN_ASSIGN_OR_RETURN(c.n_layer, get_dim(f, p + "block_count"));
+  SUSTAIN_ASSIGN_OR_RETURN(c.n_embd, get_dim(f, p + "embedding_length"));
+  SUSTAIN_ASSIGN_OR_RETURN(c.n_ff, get_dim(f, p + "feed_forward_length"));
+  SUSTAIN_ASSIGN_OR_RETURN(c.n_head, get_dim(f, p + "attention.head_count"));
+  if (c.n_head == 0) return error(Code::kBadFile, "{}: `{}attention.head_count` is 0", f.path(), p);
+  SUSTAIN_ASSIGN_OR_RETURN(c.n_head_kv, get_dim(f, p + "attention.head_count_kv", c.n_head));
+  SUSTAIN_ASSIGN_OR_RETURN(c.head_dim_k, get_dim(f, p + "attention.key_length", c.n_embd / c.n_head));
+  SUSTAIN_ASSIGN_OR_RETURN(c.head_dim_v, get_dim(f, p + "attention.value_length", c.head_dim_k));
+  SUSTAIN_ASSIGN_OR_RETURN(c.n_ctx_train, get_dim(f, p + "context_length", 2048));
+  SUSTAIN_ASSIGN_OR_RETURN(c.rope_dim, get_dim(f, p + "rope.dimension_count", c.head_dim_k));
+  SUSTAIN_ASSIGN_OR_RETURN(double eps, f.get_float_or(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.rms_eps = static_cast<float>(eps);
+  SUSTAIN_ASSIGN_OR_RETURN(double base, f.get_float_or(p + "rope.freq_base", 10000.0));
+  c.rope_freq_base = static_cast<float>(base);
+
+  SUSTAIN_ASSIGN_OR_RETURN(std::string scaling, f.get_string_or(p + "rope.scaling.type", "none"));
+  SUSTAIN_ASSIGN_OR_RETURN(double factor, f.get_float_or(p + "rope.scaling.factor", 1.0));
+  c.rope_scale_factor = static_cast<float>(factor);
+  SUSTAIN_ASSIGN_OR_RETURN(c.rope_orig_ctx,
+                           get_dim(f, p + "rope.scaling.original_context_length", c.n_ctx_train));
+  if (scaling == "none" || scaling.empty()) {
+    c.rope_scaling = RopeScaling::kNone;
+  } else if (scaling == "linear") {
+    c.rope_scaling = RopeScaling::kLinear;
+  } else if (scaling == "yarn") {
+    c.rope_scaling = RopeScaling::kYarn;
+  } else {
+    return error(Code::kUnsupported, "{}: `{}rope.scaling.type` = `{}` is not supported", f.path(),
+                 p, scaling);
+  }
+  if (f.find_tensor("rope_freqs.weight")) c.rope_scaling = RopeScaling::kLlama3;
+
+  // Vocabulary size: the embedding matrix is the authority.
+  if (const auto* emb = f.find_tensor("token_embd.weight"); emb && emb->shape.size() == 2) {
+    if (emb->shape[0] > (int64_t{1} << 31))
+      return error(Code::kBadFile, "{}: token_embd.weight has {} rows", f.path(), emb->shape[0]);
+    c.n_vocab = static_cast<uint32_t>(emb->shape[0]);
+  } else if (f.has(p + "vocab_size")) {
+    SUSTAIN_ASSIGN_OR_RETURN(c.n_vocab, get_dim(f, p + "vocab_size"));
+  } else if (f.has("tokenizer.ggml.tokens")) {
+    SUSTAIN_ASSIGN_OR_RETURN(auto toks, f.get_string_array("tokenizer.ggml.tokens"));
+    c.n_vocab = static_cast<uint32_t>(toks.size());
+  }
+  c.tied_output = f.find_tensor("output.weight") == nullptr;
+  Status st = validate_arch_config(c);
+  if (!st) return st.with_context(f.path());
+  return c;
+}
+
+void arch_config_to_gguf(const ArchConfig& c, gguf::Writer& w) {
+  const std::string a = arch_name(c.arch);
+  const std::string p = a + ".";
+  w.set_str("general.architecture", a);
+  if (!c.name.empty()) w.set_str("general.name", c.name);
+  w.set_u32(p + "context_length", c.n_ctx_train);
+  w.set_u32(p + "embedding_length", c.n_embd);
+  w.set_u32(p + "block_count", c.n_layer);
+  w.set_u32(p + "feed_forward_length", c.n_ff);
+  w.set_u32(p + "attention.head_count", c.n_head);
+  w.set_u32(p + "attention.head_count_kv", c.n_head_kv);
+  w.set_u32(p + "attention.key_length", c.head_dim_k);
+  w.set_u32(p + "attention.value_length", c.head_dim_v);
+  w.set_u32(p + "rope.dimension_count", c.rope_dim);
+  w.set_f32(p + "rope.freq_base", c.rope_freq_base);
+  w.set_f32(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.set_u32(p + "vocab_size", c.n_vocab);
+  if (c.rope_scaling == RopeScaling::kLinear || c.rope_scaling == RopeScaling::kYarn) {
+    w.set_str(p + "rope.scaling.type", rope_scaling_name(c.rope_scaling));
+    w.set_f32(p + "rope.scaling.factor", c.rope_scale_factor);
+    w.set_u32(p + "rope.scaling.original_context_length", c.rope_orig_ctx);
+  }
+}
+
+Status validate_arch_config(const ArchConfig& c) {
+  if (c.n_layer == 0 || c.n_embd == 0 || c.n_ff == 0 || c.n_head == 0 || c.n_head_kv == 0)
+    return error(Code::kBadFile, "layers, embedding, FFN and head counts must be non-zero (got {}, {}, {}, {}, {})",
+               c.n_layer, c.n_embd, c.n_ff, c.n_head, c.n_head_kv);
+  if (c.n_head % c.n_head_kv != 0)
+    return error(Code::kBadFile, "head_count {} is not a multiple of head_count_kv {}", c.n_head, c.n_head_kv);
+  if (c.head_dim_k == 0 || c.head_dim_v == 0)
+    return error(Code::kBadFile, "attention key/value length must be non-zero");
+  if (c.rope_dim == 0 || c.rope_dim > c.head_dim_k || c.rope_dim % 2 != 0)
+    return error(Code::kBadFile, "rope dimension {} must be even and at most the head dimension {}", c.rope_dim,
+               c.head_dim_k);
+  if (c.n_vocab == 0) return error(Code::kBadFile, "vocabulary size is 0");
+  if (!(c.rms_eps > 0.0f) || !(c.rope_freq_base > 0.0f))
+    return error(Code::kBadFile, "rms epsilon and rope base must be positive");
+  return Status::ok();
+}
+
+std::optional<uint64_t> kv_bytes_per_token(const ArchConfig& c, QType k_type, QType v_type) {
+  const auto& tk = qtype_traits(k_type);
+  const auto& tv = qtype_traits(v_type);
+  if (c.head_dim_k % tk.block_elems != 0 || c.head_dim_v % tv.block_elems != 0) return std::nullopt;
+  const uint64_t k_row = qtype_row_bytes(k_type, c.head_dim_k);
+  const uint64_t v_row = qtype_row_bytes(v_type, c.head_dim_v);
+  return uint64_t{c.n_layer} * c.n_head_kv * (k_row + v_row);
+}
+
+}  // namespace sustain

@@ -1,0 +1,76 @@
+// ArchConfig: a model's architecture and hyperparameters, read from GGUF
+// metadata (`general.architecture` and the `{arch}.*` keys). Everything that
+// needs a model's geometry — loading, validation, memory planning, synth,
+// quantize — starts from this struct.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "tensor/qtype.h"
+
+namespace sustain {
+namespace gguf {
+class File;
+class Writer;
+}  // namespace gguf
+
+enum class Arch {
+  kLlama,  // Llama 2/3/3.x, Mistral, SmolLM, TinyStories
+  kQwen2,  // Qwen 2 / 2.5: biases on Q, K and V
+  kQwen3,  // Qwen 3: RMS norm on Q and K per head
+};
+
+const char* arch_name(Arch a);  // GGUF spelling: "llama", "qwen2", "qwen3"
+
+// kLlama3 is not a metadata value: Llama 3.1+ files carry the per-frequency
+// factors as a `rope_freqs.weight` tensor, and its presence selects it.
+enum class RopeScaling { kNone, kLinear, kYarn, kLlama3 };
+const char* rope_scaling_name(RopeScaling s);
+
+struct ArchConfig {
+  Arch arch = Arch::kLlama;
+  std::string name;            // general.name, informational
+  uint32_t n_layer = 0;        // {arch}.block_count
+  uint32_t n_embd = 0;         // {arch}.embedding_length
+  uint32_t n_ff = 0;           // {arch}.feed_forward_length
+  uint32_t n_head = 0;         // {arch}.attention.head_count
+  uint32_t n_head_kv = 0;      // {arch}.attention.head_count_kv (defaults to n_head)
+  uint32_t head_dim_k = 0;     // {arch}.attention.key_length (defaults to n_embd / n_head)
+  uint32_t head_dim_v = 0;     // {arch}.attention.value_length (defaults to head_dim_k)
+  uint32_t n_vocab = 0;        // token_embd rows (or {arch}.vocab_size / tokenizer size)
+  uint32_t n_ctx_train = 0;    // {arch}.context_length
+  float rms_eps = 1e-5f;       // {arch}.attention.layer_norm_rms_epsilon
+  float rope_freq_base = 10000.0f;
+  uint32_t rope_dim = 0;       // {arch}.rope.dimension_count (defaults to head_dim_k)
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  float rope_scale_factor = 1.0f;         // {arch}.rope.scaling.factor
+  uint32_t rope_orig_ctx = 0;             // {arch}.rope.scaling.original_context_length
+  bool tied_output = false;    // no output.weight: the embedding matrix is reused
+
+  bool has_qkv_bias() const { return arch == Arch::kQwen2; }
+  bool has_qk_norm() const { return arch == Arch::kQwen3; }
+  uint32_t q_dim() const { return n_head * head_dim_k; }
+  uint32_t k_dim() const { return n_head_kv * head_dim_k; }
+  uint32_t v_dim() const { return n_head_kv * head_dim_v; }
+};
+
+// Reads and validates the architecture from a GGUF file. Errors name the key.
+Expected<ArchConfig> arch_config_from_gguf(const gguf::File& f);
+
+// Writes the `general.architecture` and `{arch}.*` keys for cfg.
+void arch_config_to_gguf(const ArchConfig& cfg, gguf::Writer& w);
+
+// Checks internal consistency (head counts divide, sizes non-zero, ...).
+Status validate_arch_config(const ArchConfig& cfg);
+
+// KV-cache bytes per token of context:
+//   n_layer × n_head_kv × (row_bytes(k_type, head_dim_k) + row_bytes(v_type, head_dim_v))
+// i.e. 2 × n_layers × n_kv_heads × head_dim × bytes/element when K and V
+// share a format; block scales are included for quantized formats. Formats
+// whose block does not divide the head dimension cannot hold a KV row: nullopt.
+std::optional<uint64_t> kv_bytes_per_token(const ArchConfig& cfg, QType k_type, QType v_type);
+
+}  // namespace sustain

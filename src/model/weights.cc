@@ -1,0 +1,105 @@
+#include "model/weights.h"
+
+#include <fmt/format.h>
+
+#include <unordered_set>
+
+#include "gguf/gguf.h"
+
+namespace sustain {
+
+const char* tensor_role_name(TensorRole r) {
+  switch (r) {
+    case TensorRole::kTokenEmbd: return "token_embd";
+    case TensorRole::kOutputNorm: return "output_norm";
+    case TensorRole::kOutput: return "output";
+    case TensorRole::kRopeFreqs: return "rope_freqs";
+    case TensorRole::kAttnNorm: return "attn_norm";
+    case TensorRole::kAttnQ: return "attn_q";
+    case TensorRole::kAttnK: return "attn_k";
+    case TensorRole::kAttnV: return "attn_v";
+    case TensorRole::kAttnQBias: return "attn_q.bias";
+    case TensorRole::kAttnKBias: return "attn_k.bias";
+    case TensorRole::kAttnVBias: return "attn_v.bias";
+    case TensorRole::kAttnQNorm: return "attn_q_norm";
+    case TensorRole::kAttnKNorm: return "attn_k_norm";
+    case TensorRole::kAttnOutput: return "attn_output";
+    case TensorRole::kFfnNorm: return "ffn_norm";
+    case TensorRole::kFfnGate: return "ffn_gate";
+    case TensorRole::kFfnUp: return "ffn_up";
+    case TensorRole::kFfnDown: return "ffn_down";
+  }
+  return "?";
+}
+
+std::vector<WeightSpec> weight_table(const ArchConfig& c, bool with_rope_freqs) {
+  using R = TensorRole;
+  const int64_t d = c.n_embd, ff = c.n_ff, v = c.n_vocab;
+  const int64_t q = c.q_dim(), k = c.k_dim(), vd = c.v_dim();
+  std::vector<WeightSpec> t;
+  t.push_back({"token_embd.weight", R::kTokenEmbd, -1, {v, d}});
+  t.push_back({"output_norm.weight", R::kOutputNorm, -1, {d}});
+  if (!c.tied_output) t.push_back({"output.weight", R::kOutput, -1, {v, d}});
+  if (with_rope_freqs || c.rope_scaling == RopeScaling::kLlama3)
+    t.push_back({"rope_freqs.weight", R::kRopeFreqs, -1, {int64_t{c.rope_dim} / 2}});
+  for (uint32_t il = 0; il < c.n_layer; ++il) {
+    const int l = static_cast<int>(il);
+    auto name = [&](const char* s) { return fmt::format("blk.{}.{}", il, s); };
+    t.push_back({name("attn_norm.weight"), R::kAttnNorm, l, {d}});
+    t.push_back({name("attn_q.weight"), R::kAttnQ, l, {q, d}});
+    t.push_back({name("attn_k.weight"), R::kAttnK, l, {k, d}});
+    t.push_back({name("attn_v.weight"), R::kAttnV, l, {vd, d}});
+    if (c.has_qkv_bias()) {
+      t.push_back({name("attn_q.bias"), R::kAttnQBias, l, {q}});
+      t.push_back({name("attn_k.bias"), R::kAttnKBias, l, {k}});
+      t.push_back({name("attn_v.bias"), R::kAttnVBias, l, {vd}});
+    }
+    if (c.has_qk_norm()) {
+      t.push_back({name("attn_q_norm.weight"), R::kAttnQNorm, l, {int64_t{c.head_dim_k}}});
+      t.push_back({name("attn_k_norm.weight"), R::kAttnKNorm, l, {int64_t{c.head_dim_k}}});
+    }
+    t.push_back({name("attn_output.weight"), R::kAttnOutput, l, {d, q}});
+    t.push_back({name("ffn_norm.weight"), R::kFfnNorm, l, {d}});
+    t.push_back({name("ffn_gate.weight"), R::kFfnGate, l, {ff, d}});
+    t.push_back({name("ffn_up.weight"), R::kFfnUp, l, {ff, d}});
+    t.push_back({name("ffn_down.weight"), R::kFfnDown, l, {d, ff}});
+  }
+  return t;
+}
+
+namespace {
+std::string shape_str(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+}  // namespace
+
+Status validate_weights(const ArchConfig& c, const gguf::File& f) {
+  const auto table = weight_table(c, f.find_tensor("rope_freqs.weight") != nullptr);
+  std::unordered_set<std::string> known;
+  for (const auto& w : table) {
+    known.insert(w.name);
+    const gguf::TensorInfo* ti = f.find_tensor(w.name);
+    if (!ti) {
+      if (w.required)
+        return error(Code::kBadFile, "{}: tensor `{}` is missing ({} {} expects it)", f.path(),
+                     w.name, arch_name(c.arch), tensor_role_name(w.role));
+      continue;
+    }
+    if (ti->shape != w.shape)
+      return error(Code::kBadFile, "{}: tensor `{}` has shape {}, expected {}", f.path(), w.name,
+                   shape_str(ti->shape), shape_str(w.shape));
+  }
+  for (const auto& ti : f.tensors())
+    if (!known.count(ti.name))
+      return error(Code::kBadFile, "{}: unexpected tensor `{}` for architecture {}", f.path(),
+                   ti.name, arch_name(c.arch));
+  return Status::ok();
+}
+
+uint64_t parameter_count(const std::vector<WeightSpec>& table) {
+  uint64_t n = 0;
+  for (const auto& w : table) n += w.n_elements();
+  return n;
+}
+
+}  // namespace sustain
