@@ -1,0 +1,72 @@
+// The steps of the sampling chain, each on a list of candidate tokens. The
+// Sampler runs them in llama.cpp's default order (penalties → top-k → top-p →
+// min-p → temperature → softmax → draw); they are public so speculative
+// decoding can reuse them and tests can pin each one on hand-computed input.
+//
+// Order of candidates: processors may reorder and shrink the live prefix.
+// "Sorted" always means descending logit with ties broken by ascending id, a
+// strict total order, so which tokens survive a cut (top-k at a tie, say) is
+// the same on every platform and standard library.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sustain::sampling {
+
+struct Candidate {
+  int32_t id;
+  float logit;
+  float prob;  // filled by softmax() (and by top_p(), which needs probabilities)
+};
+
+// The live candidates: data[0, size). Processors shrink size; data is owned by
+// the caller (the Sampler's reusable buffer), so no processor allocates.
+struct Candidates {
+  Candidate* data = nullptr;
+  size_t size = 0;
+  bool sorted = false;  // data[0, size) is in the order described above
+};
+
+// Fills c.data[0, n_vocab) with (id, logit) from a model's logits. NaN logits
+// become -inf: a NaN would break every comparison below, and a token whose
+// score is undefined should not be chosen.
+void fill_candidates(Candidates& c, Candidate* buffer, const float* logits, int32_t n_vocab);
+
+// Keeps the k highest (sorting them); k <= 0 or k >= size leaves all.
+void top_k(Candidates& c, int32_t k);
+
+// Nucleus: keeps the smallest prefix of the sorted candidates whose
+// probabilities (softmax at temperature 1 of the current logits) sum to >= p,
+// and at least one token. p >= 1 leaves all. Sorts only as far as it needs:
+// with a full vocabulary the nucleus is usually within the first few hundred.
+void top_p(Candidates& c, float p);
+
+// Keeps tokens whose probability is >= p times the highest probability, i.e.
+// logit >= max_logit + ln(p); the top token always stays. p <= 0 leaves all.
+// Keeps the candidates' relative order (and so `sorted`).
+void min_p(Candidates& c, float p);
+
+// Divides logits by t (> 0); order is unchanged.
+void temperature(Candidates& c, float t);
+
+// prob = softmax(logit) over the live candidates. Works for any logits,
+// including several +inf (they share the mass) or all -inf (uniform).
+void softmax(Candidates& c);
+
+// Index into c.data of the token whose cumulative probability interval holds
+// u in [0, 1). Probabilities are re-summed here, so float rounding in
+// softmax() can never leave u past the end; zero-probability tokens are never
+// picked.
+size_t draw(const Candidates& c, double u);
+
+// Index of the highest logit, lowest id on ties (greedy decoding). Requires
+// c.size > 0.
+size_t argmax(const Candidates& c);
+
+// The order used for "sorted": true if a comes before b.
+inline bool ranks_before(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+}  // namespace sustain::sampling

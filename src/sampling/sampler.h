@@ -1,0 +1,101 @@
+// Token sampling for one request: a typed config validated at the edge, and a
+// Sampler that owns everything a request's sampling needs (its RNG, its
+// penalty history, a reusable candidate buffer) so requests never share state
+// and a decode step allocates nothing.
+//
+// The chain is llama.cpp's default order:
+//   penalties → top-k → top-p → min-p → temperature → softmax → draw
+// so top-p and min-p see the temperature-1 distribution, and temperature only
+// reshapes what survives them. temperature 0 is greedy: the argmax of the
+// penalized logits (lowest id on ties), the token every filter keeps anyway.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "sampling/penalties.h"
+#include "sampling/processors.h"
+#include "sampling/rng.h"
+
+namespace sustain::sampling {
+
+struct SamplerConfig {
+  float temperature = 0.8f;        // 0 = greedy; at most kMaxTemperature
+  int32_t top_k = 40;              // 0 = disabled
+  float top_p = 0.95f;             // in (0, 1]; 1 = disabled
+  float min_p = 0.05f;             // in [0, 1]; 0 = disabled
+  float repeat_penalty = 1.0f;     // in (0, kMaxRepeatPenalty]; 1 = disabled
+  int32_t repeat_last_n = 64;      // window of recent tokens penalized; 0 = none
+  float presence_penalty = 0.0f;   // in [-2, 2], OpenAI's range
+  float frequency_penalty = 0.0f;  // in [-2, 2]
+  // Used as given (0 is a seed like any other), so a request replays exactly;
+  // a caller that wants fresh randomness draws a seed at the edge.
+  uint64_t seed = 0;
+};
+
+constexpr float kMaxTemperature = 100.0f;
+constexpr float kMaxRepeatPenalty = 10.0f;
+constexpr float kMaxPresenceFrequencyPenalty = 2.0f;
+// The window is allocated up front; "-1 = whole context" (llama.cpp) must be
+// resolved to the context length by the caller.
+constexpr int32_t kMaxRepeatLastN = 1 << 20;
+
+// kInvalidArgument naming the field and the value, e.g.
+// "sampler: top_p must be in (0, 1] (1 disables it), got 1.5".
+Status validate(const SamplerConfig& config);
+
+// One entry of the distribution a token was drawn from.
+struct TokenProb {
+  int32_t id;
+  float prob;
+  float logprob;  // ln(prob); -inf for prob 0
+};
+
+class Sampler {
+ public:
+  // Validates the config first.
+  static Expected<Sampler> create(const SamplerConfig& config);
+  // Precondition: validate(config) is ok (checked; a failure is a caller bug).
+  explicit Sampler(const SamplerConfig& config);
+  // Moves keep live_ valid (a vector's storage moves with it); a copy would
+  // alias the source's buffer, and two requests must never share state.
+  Sampler(Sampler&&) = default;
+  Sampler& operator=(Sampler&&) = default;
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  // Runs the chain on logits[0, n_vocab), draws a token with this request's
+  // RNG and records it in the penalty history. Allocates only on the first
+  // call (or when n_vocab grows). n_vocab must be > 0.
+  int32_t sample(const float* logits, int32_t n_vocab);
+
+  // Records a token this sampler did not draw (prompt tokens, tokens forced
+  // by the caller) so penalties see it.
+  void accept(int32_t token);
+
+  // The last sampled token with its probability in the final distribution
+  // (after the whole chain, at the configured temperature). Greedy sampling is
+  // a point mass: prob 1, logprob 0.
+  TokenProb last() const { return last_; }
+
+  // Writes the most probable min(out.size(), live candidates) entries of the
+  // last call's final distribution, most probable first (ties: lower id),
+  // and returns how many. Reorders the internal buffer; allocates nothing.
+  size_t top_probs(std::span<TokenProb> out);
+
+  const SamplerConfig& config() const { return config_; }
+  const PenaltyHistory& history() const { return history_; }
+
+ private:
+  SamplerConfig config_;
+  Rng rng_;
+  PenaltyHistory history_;
+  std::vector<Candidate> buffer_;  // grows to n_vocab once, then reused
+  Candidates live_;                // the last call's final candidates, in buffer_
+  TokenProb last_{-1, 0.0f, 0.0f};
+  bool last_greedy_ = false;
+};
+
+}  // namespace sustain::sampling
