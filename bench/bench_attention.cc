@@ -1,0 +1,175 @@
+// Decode attention for smollm2-135m's geometry (30 layers, 9 query heads,
+// 3 KV heads, head dim 64) at 4K / 16K / 32K tokens of context on 2 threads:
+// time per decode token (all 30 layers) and the KV bandwidth it achieves.
+// ReadBandwidth, in the same run, is the bound to hold it against (PERF.md:
+// only ratios taken side by side count on these machines).
+//
+//   bench_attention --benchmark_repetitions=5 --benchmark_report_aggregates_only
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "attention/attention.h"
+#include "kv/kv_cache.h"
+
+namespace sustain {
+namespace {
+
+constexpr int kLayers = 30, kHeads = 9, kHeadsKv = 3, kHeadDim = 64, kThreads = 2;
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<uint8_t[], FreeDeleter>;
+Buffer aligned_buffer(size_t bytes) {
+  return Buffer(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+}
+
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+ThreadPool& pool() {
+  static ThreadPool p(kThreads);
+  return p;
+}
+
+// One filled cache per (type, page size, context), kept across benchmarks:
+// filling 32K tokens is slower than measuring them.
+struct Setup {
+  std::unique_ptr<kv::KvCache> cache;
+  kv::PageTable table;
+};
+
+Setup& setup(QType type, int page_tokens, int64_t ctx) {
+  static std::map<std::tuple<QType, int, int64_t>, Setup> cache;
+  Setup& s = cache[{type, page_tokens, ctx}];
+  if (s.cache) return s;
+  cache.clear();  // one at a time: a 32K f16 cache is 740 MB
+  Setup& fresh = cache[{type, page_tokens, ctx}];
+  kv::KvGeometry g;
+  g.n_layer = kLayers;
+  g.n_head_kv = kHeadsKv;
+  g.head_dim_k = g.head_dim_v = kHeadDim;
+  g.k_type = g.v_type = type;
+  g.page_tokens = page_tokens;
+  auto c = kv::KvCache::create(g, ctx);
+  if (!c) std::abort();
+  fresh.cache = std::make_unique<kv::KvCache>(std::move(c.value()));
+  if (!fresh.cache->reserve(fresh.table, ctx)) std::abort();
+  // Random rows from a small pool (generating 30 × 32K rows is slow).
+  constexpr int kPool = 997;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> rows(size_t(kPool + 1) * kHeadsKv * kHeadDim);
+  for (float& x : rows) x = nd(rng);
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int64_t pos = 0; pos < ctx; ++pos) {
+      const float* k = rows.data() + size_t((pos * 31 + layer) % kPool) * kHeadsKv * kHeadDim;
+      const float* v = rows.data() + size_t((pos * 17 + layer + 5) % kPool) * kHeadsKv * kHeadDim;
+      fresh.cache->store(fresh.table, layer, pos, k, v);
+    }
+  }
+  return fresh;
+}
+
+// args: context, page tokens, split (0 off, 1 auto), K/V type (0 F16, 1 Q8_0, 2 BF16)
+void BM_DecodeAttention(benchmark::State& state) {
+  const int64_t ctx = state.range(0);
+  const int page_tokens = static_cast<int>(state.range(1));
+  const QType type = state.range(3) == 1   ? QType::Q8_0
+                     : state.range(3) == 2 ? QType::BF16
+                                           : QType::F16;
+  Setup& s = setup(type, page_tokens, ctx);
+  attention::AttnParams p;
+  p.n_head = kHeads;
+  p.n_head_kv = kHeadsKv;
+  p.head_dim_k = p.head_dim_v = kHeadDim;
+  p.scale = 0.125f;
+  p.split_kv = state.range(2) ? attention::SplitKv::kAuto : attention::SplitKv::kOff;
+  const std::vector<attention::QueryInfo> queries = {{&s.table, ctx}};
+  std::vector<float> q(kHeads * kHeadDim), out(kHeads * kHeadDim);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : q) x = nd(rng);
+  Buffer scratch = aligned_buffer(attention::attention_scratch_bytes(p, 1, kThreads));
+  double seconds = 0.0;
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int layer = 0; layer < kLayers; ++layer) {
+      attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
+    }
+    benchmark::DoNotOptimize(out.data());
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double cpu = process_cpu_seconds() - cpu0;
+  const double bytes = double(ctx) * s.cache->geometry().bytes_per_token();
+  const double n = double(state.iterations());
+  state.counters["ms_per_token"] = 1e3 * seconds / n;
+  state.counters["KV_MB"] = bytes / 1e6;
+  state.counters["KV_GBps"] = bytes * n / seconds / 1e9;
+  // The same from CPU time: what kThreads cores of their own would reach. On
+  // a shared VM (other jobs running) wall time overstates the cost, and the
+  // pool's barrier waits for the slowest thread's time slice.
+  state.counters["cpu_ms_per_token"] = 1e3 * cpu / kThreads / n;
+  state.counters["KV_GBps_cpu"] = bytes * n / (cpu / kThreads) / 1e9;
+  state.SetLabel(std::string(qtype_name(type)) + (state.range(2) ? " split" : " nosplit"));
+}
+
+void DecodeArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t ctx : {4096, 16384, 32768}) b->Args({ctx, 32, 1, 0});
+  b->Args({16384, 32, 0, 0});  // no split-KV: one item per KV head
+  b->Args({16384, 16, 1, 0});  // page size
+  b->Args({16384, 256, 1, 0});
+  b->Args({16384, 32, 1, 1});  // Q8_0 K/V
+  b->Args({16384, 32, 1, 2});  // BF16 K/V
+}
+BENCHMARK(BM_DecodeAttention)
+    ->Apply(DecodeArgs)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+// Read bandwidth of kThreads threads streaming a 1 GiB buffer: the bound.
+void BM_ReadBandwidth(benchmark::State& state) {
+  constexpr size_t kBytes = size_t(1) << 30;
+  static Buffer buf = [] {
+    Buffer b = aligned_buffer(kBytes);
+    std::fill(b.get(), b.get() + kBytes, uint8_t(1));
+    return b;
+  }();
+  const auto* words = reinterpret_cast<const uint64_t*>(buf.get());
+  const size_t n = kBytes / sizeof(uint64_t);
+  std::vector<uint64_t> sums(kThreads);
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    pool().parallel_for(n, [&](size_t b, size_t e, int t) {
+      uint64_t s = 0;
+      for (size_t i = b; i < e; ++i) s += words[i];
+      sums[t] = s;
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  const double cpu = process_cpu_seconds() - cpu0;
+  state.counters["GBps"] =
+      benchmark::Counter(double(kBytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GBps_cpu"] = double(kBytes) * state.iterations() / (cpu / kThreads) / 1e9;
+}
+BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
+
+}  // namespace
+}  // namespace sustain
+
+BENCHMARK_MAIN();

@@ -1,0 +1,148 @@
+// Elementwise ops (Highway, dynamic dispatch). None of these is a bottleneck;
+// they are vectorised because it costs a few lines, and the sums that
+// llama.cpp keeps in double are kept in f32 vector lanes here (tests bound the
+// difference).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/elementwise.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <cmath>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "kernels/cpu/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sustain::kernels::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void RmsNorm(const float* x, const float* weight, float* y, int64_t n, float eps) {
+  const hn::ScalableTag<float> d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  auto acc = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(d, x + i);
+    acc = hn::MulAdd(v, v, acc);
+  }
+  double sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
+  const auto vs = hn::Set(d, scale);
+  for (i = 0; i + N <= n; i += N) {
+    auto v = hn::Mul(hn::LoadU(d, x + i), vs);
+    if (weight) v = hn::Mul(v, hn::LoadU(d, weight + i));
+    hn::StoreU(v, d, y + i);
+  }
+  for (; i < n; ++i) y[i] = x[i] * scale * (weight ? weight[i] : 1.0f);
+}
+
+void Swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  // exp(-g) overflows (and leaves Exp's valid range) below g = -88; silu is 0 there anyway.
+  const auto lim = hn::Set(d, 88.0f);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto g = hn::LoadU(d, gate + i);
+    const auto e = hn::Exp(d, hn::Min(hn::Neg(g), lim));
+    hn::StoreU(hn::Mul(hn::Div(g, hn::Add(one, e)), hn::LoadU(d, up + i)), d, out + i);
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void Add(float* y, const float* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::Add(hn::LoadU(d, y + i), hn::LoadU(d, x + i)), d, y + i);
+  for (; i < n; ++i) y[i] += x[i];
+}
+
+void Softmax(float* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+  const auto vmax = hn::Set(d, max);
+  // Below -87.3 exp underflows to (sub)normal dust; -inf (masked) must give 0.
+  const auto low = hn::Set(d, -87.0f);
+  auto acc = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::Sub(hn::LoadU(d, x + i), vmax);
+    const auto e = hn::IfThenZeroElse(hn::Lt(v, low), hn::Exp(d, hn::Max(v, low)));
+    hn::StoreU(e, d, x + i);
+    acc = hn::Add(acc, e);
+  }
+  double sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const auto inv = hn::Set(d, static_cast<float>(1.0 / sum));
+  for (i = 0; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + i), inv), d, x + i);
+  for (; i < n; ++i) x[i] *= static_cast<float>(1.0 / sum);
+}
+
+// Rotates each head by the precomputed (cos, sin) of its rope_dim/2 pairs.
+void RopeApply(float* x, int n_heads, int head_dim, int rope_dim, bool neox, const float* cs,
+               const float* sn) {
+  const int half = rope_dim / 2;
+  const hn::ScalableTag<float> d;
+  const int N = static_cast<int>(hn::Lanes(d));
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + static_cast<int64_t>(h) * head_dim;
+    int i = 0;
+    if (neox) {
+      // Pairs (i, i + half): both halves are contiguous, so this vectorises directly.
+      for (; i + N <= half; i += N) {
+        const auto x0 = hn::LoadU(d, v + i), x1 = hn::LoadU(d, v + i + half);
+        const auto c = hn::LoadU(d, cs + i), s = hn::LoadU(d, sn + i);
+        hn::StoreU(hn::NegMulAdd(x1, s, hn::Mul(x0, c)), d, v + i);
+        hn::StoreU(hn::MulAdd(x0, s, hn::Mul(x1, c)), d, v + i + half);
+      }
+    }
+    for (; i < half; ++i) {
+      const int i0 = neox ? i : 2 * i;
+      const int i1 = neox ? i + half : 2 * i + 1;
+      const float x0 = v[i0], x1 = v[i1];
+      v[i0] = x0 * cs[i] - x1 * sn[i];
+      v[i1] = x0 * sn[i] + x1 * cs[i];
+    }
+  }
+}
+
+}  // namespace sustain::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace sustain::kernels::cpu {
+
+HWY_EXPORT(RmsNorm);
+HWY_EXPORT(Swiglu);
+HWY_EXPORT(Add);
+HWY_EXPORT(Softmax);
+HWY_EXPORT(RopeApply);
+
+void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps) {
+  HWY_DYNAMIC_DISPATCH(RmsNorm)(x, weight, y, n, eps);
+}
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(Swiglu)(gate, up, out, n);
+}
+void add(float* y, const float* x, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(Add)(y, x, n);
+}
+void softmax(float* x, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(Softmax)(x, n);
+}
+void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, bool neox, const float* cos,
+                const float* sin) {
+  HWY_DYNAMIC_DISPATCH(RopeApply)(x, n_heads, head_dim, rope_dim, neox, cos, sin);
+}
+
+}  // namespace sustain::kernels::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,183 @@
+// Prefill path for AVX-512 VNNI (AVX3_DL): a tile of 16 weight rows is
+// unpacked once per call into unsigned int8 codes, interleaved so that int32
+// lane r of a vector is row r: vector k holds bytes 4k..4k+3 of each row.
+// One vpdpbusd with 4 activation bytes broadcast then advances 16 row sums at
+// once, and every per-row scale applies lane-wise — no horizontal reductions.
+// The tile (16 rows x kKc elements, 32 KiB of codes) is reused by every
+// token of the call, 4 tokens at a time.
+//
+// Integer sums stay exact as in llama.cpp: codes carry the format's offset
+// (Q8_0: +128, Q4_0: +8, Q5_0: +16, Q6_K: +32), removed by starting each
+// block's accumulator at -offset * sum(a) — the activation block sums (Q8_K's
+// bsums; for Q8_0, sums the driver stores after each row, kernels.h).
+//
+// Per-target include guard: included inside a foreach_target pass, after
+// quant-inl.h, inside SUSTAIN_SIMD_BEGIN / END.
+
+#if defined(SUSTAIN_KERNELS_CPU_PACKED_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SUSTAIN_KERNELS_CPU_PACKED_INL_H_
+#undef SUSTAIN_KERNELS_CPU_PACKED_INL_H_
+#else
+#define SUSTAIN_KERNELS_CPU_PACKED_INL_H_
+#endif
+
+#include <cstring>
+
+#include "kernels/block_util.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quant-inl.h"
+#include "tensor/blocks.h"
+
+SUSTAIN_SIMD_BEGIN();
+namespace sustain::kernels::cpu::HWY_NAMESPACE {
+#if SUSTAIN_VNNI
+
+inline constexpr int kPR = 16;      // rows per tile = int32 lanes
+inline constexpr int kKc = 2048;    // elements per tile slice (a multiple of 256)
+inline constexpr int kPackTok = 4;  // tokens per pass over the tile
+
+struct Packed {
+  alignas(64) uint32_t q[kKc / 4][kPR];   // codes, dword k of each row
+  alignas(64) int32_t sc[kKc / 16][kPR];  // K-quants: integer scale per sub-block
+  alignas(64) int32_t mn[kKc / 32][kPR];  // Q4_K / Q5_K: min per sub-block of 32
+  alignas(64) float d[kKc / 32][kPR];     // legacy: d per block; K-quants: d per super-block
+  alignas(64) float dmin[kKc / 256][kPR];
+};
+
+enum class PackKind { kLegacy, kK32, kK16 };
+
+inline void store64(uint8_t* p, I64 v) {
+  _mm512_storeu_si512(p, v.v);
+}
+inline __m512i bcast4(const int8_t* p) {
+  return _mm512_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(p))));
+}
+
+// Legacy formats with Q8_0 activations: sum over the slice's blocks.
+template <int NT>
+inline void packed_legacy(const Packed& p, int64_t k0, int64_t kc, const uint8_t* const* act,
+                          int64_t n_in, int offset, __m512* out) {
+  const BlockQ8_0* a[NT];
+  const int32_t* sums[NT];
+  const float* da[NT];
+  for (int t = 0; t < NT; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_0*>(act[t]) + k0 / kQK;
+    sums[t] = reinterpret_cast<const int32_t*>(act[t] + q8_0_sums_offset(n_in)) + k0 / kQK;
+    da[t] = reinterpret_cast<const float*>(act[t] + q8_0_scales_offset(n_in)) + k0 / kQK;
+  }
+  for (int64_t b = 0; b < kc / kQK; ++b) {
+    __m512i acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_set1_epi32(-offset * sums[t][b]);
+    for (int k = 0; k < kQK / 4; ++k) {
+      const __m512i w = _mm512_load_si512(p.q[b * 8 + k]);
+      for (int t = 0; t < NT; ++t)
+        acc[t] = _mm512_dpbusd_epi32(acc[t], w, bcast4(a[t][b].qs + 4 * k));
+    }
+    const __m512 d = _mm512_load_ps(p.d[b]);
+    for (int t = 0; t < NT; ++t)
+      out[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]),
+                               _mm512_mul_ps(d, _mm512_set1_ps(da[t][b])), out[t]);
+  }
+}
+
+// K-quants with Q8_K activations. K32: 8 sub-blocks of 32 with mins; K16:
+// 16 sub-blocks of 16 with a code offset of 1 << kShift.
+template <int NT, PackKind kKind, int kShift>
+inline void packed_kquant(const Packed& p, int64_t k0, int64_t kc, const uint8_t* const* act,
+                          __m512* out) {
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]) + k0 / kQK_K;
+  constexpr int kSub = kKind == PackKind::kK32 ? 32 : 16;
+  for (int64_t sb = 0; sb < kc / kQK_K; ++sb) {
+    __m512i isum[NT], msum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = msum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < kQK_K / kSub; ++j) {
+      __m512i acc[NT];
+      for (int t = 0; t < NT; ++t) {
+        if constexpr (kKind == PackKind::kK16 && kShift > 0) {
+          acc[t] = _mm512_set1_epi32(-(a[t][sb].bsums[j] << kShift));
+        } else {
+          acc[t] = _mm512_setzero_si512();
+        }
+      }
+      const int64_t kbase = (sb * kQK_K + j * kSub) / 4;
+      for (int k = 0; k < kSub / 4; ++k) {
+        const __m512i w = _mm512_load_si512(p.q[kbase + k]);
+        for (int t = 0; t < NT; ++t)
+          acc[t] = _mm512_dpbusd_epi32(acc[t], w, bcast4(a[t][sb].qs + j * kSub + 4 * k));
+      }
+      const __m512i sc = _mm512_load_si512(p.sc[sb * (kQK_K / kSub) + j]);
+      for (int t = 0; t < NT; ++t)
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(acc[t], sc));
+      if constexpr (kKind == PackKind::kK32) {
+        const __m512i mn = _mm512_load_si512(p.mn[sb * 8 + j]);
+        for (int t = 0; t < NT; ++t) {
+          const int bs = a[t][sb].bsums[2 * j] + a[t][sb].bsums[2 * j + 1];
+          msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(mn, _mm512_set1_epi32(bs)));
+        }
+      }
+    }
+    const __m512 d = _mm512_load_ps(p.d[sb]);
+    for (int t = 0; t < NT; ++t) {
+      const __m512 da = _mm512_set1_ps(a[t][sb].d);
+      out[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, da), out[t]);
+      if constexpr (kKind == PackKind::kK32) {
+        const __m512 dmin = _mm512_load_ps(p.dmin[sb]);
+        out[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[t]), _mm512_mul_ps(dmin, da), out[t]);
+      }
+    }
+  }
+}
+
+// Fmt::pack(row, k0, kc, codes, p, r) writes the codes of elements
+// [k0, k0 + kc) of one row and that row's scales into lane r of p.
+template <class Fmt>
+void run_packed(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
+  Packed p;
+  alignas(64) uint8_t codes[kPR][kKc];
+  for (int64_t rt = row0; rt < row1; rt += kPR) {
+    const int nr = static_cast<int>(std::min<int64_t>(kPR, row1 - rt));
+    const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
+    for (int64_t k0 = 0; k0 < a.n_in; k0 += kKc) {
+      const int64_t kc = std::min<int64_t>(kKc, a.n_in - k0);
+      if (nr < kPR) std::memset(&p, 0, sizeof(p) - sizeof(p.q));  // scales of absent rows: 0
+      for (int r = 0; r < nr; ++r) Fmt::pack(a.w + (rt + r) * a.w_stride, k0, kc, codes[r], p, r);
+      for (int r = nr; r < kPR; ++r) std::memset(codes[r], 0, static_cast<size_t>(kc));
+      for (int64_t k = 0; k < kc / 4; ++k)
+        for (int r = 0; r < kPR; ++r) p.q[k][r] = load_u32(codes[r] + 4 * k);
+      for (int64_t t = tok0; t < tok1; t += kPackTok) {
+        const int nt = static_cast<int>(std::min<int64_t>(kPackTok, tok1 - t));
+        const uint8_t* act[kPackTok];
+        for (int i = 0; i < kPackTok; ++i)
+          act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
+        __m512 out[kPackTok];
+        for (int i = 0; i < kPackTok; ++i) out[i] = _mm512_setzero_ps();
+        switch (nt) {
+          case 4:
+            Fmt::template compute<4>(p, k0, kc, act, a.n_in, out);
+            break;
+          case 3:
+            Fmt::template compute<3>(p, k0, kc, act, a.n_in, out);
+            break;
+          case 2:
+            Fmt::template compute<2>(p, k0, kc, act, a.n_in, out);
+            break;
+          default:
+            Fmt::template compute<1>(p, k0, kc, act, a.n_in, out);
+            break;
+        }
+        for (int i = 0; i < nt; ++i) {
+          float* y = a.y + (t + i) * a.ldy + rt;
+          if (k0 > 0) out[i] = _mm512_add_ps(out[i], _mm512_maskz_loadu_ps(lanes, y));
+          _mm512_mask_storeu_ps(y, lanes, out[i]);
+        }
+      }
+    }
+  }
+}
+
+#endif  // SUSTAIN_VNNI
+}  // namespace sustain::kernels::cpu::HWY_NAMESPACE
+SUSTAIN_SIMD_END();
+
+#endif  // include guard

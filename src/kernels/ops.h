@@ -1,0 +1,79 @@
+// Backend-neutral kernel entry points (DESIGN.md §4). model/ calls these and
+// nothing below them. Each op has a scalar reference in kernels/ref.h (the
+// oracle the tests compare against) and a SIMD implementation (Highway,
+// dynamic dispatch: one binary for AVX2, AVX-512 and NEON) behind this API.
+//
+// Shapes follow src/tensor/README.md: W[n_out, n_in] row-major, y = x · Wᵀ.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/thread_pool.h"
+#include "tensor/qtype.h"
+
+namespace sustain::kernels {
+
+// A weight matrix W[n_out, n_in], rows contiguous (a view into the mmap).
+struct WeightView {
+  QType type = QType::F32;
+  int64_t n_out = 0;
+  int64_t n_in = 0;
+  const void* data = nullptr;
+  size_t row_bytes = 0;  // bytes of one row of n_in elements
+};
+
+// The format activations are converted to before the dot products with a
+// weight of format `w`, as llama.cpp does on CPUs: Q8_K for K-quants, Q8_0
+// for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, F16 for F16, BF16 for BF16, F32 for F32
+// and for the formats dotted after dequantizing (see matmul_supported).
+QType activation_type(QType w);
+
+// Whether matmul (and get_row) handle weights of format w: every format with
+// a reference dequantizer in the tensor/ traits table. Formats without an
+// integer dot in llama.cpp (Q8_1, Q8_K, FP8_E4M3 as weights) are dequantized
+// and dotted in f32. model/ checks this at load time, so matmul never meets an
+// unsupported format (it cannot return an error).
+bool matmul_supported(QType w);
+
+// Bytes of caller-owned scratch that matmul needs for n_tokens rows of n_in.
+size_t matmul_scratch_bytes(QType w, int64_t n_in, int64_t n_tokens);
+
+// Y[t, o] = sum_i X[t, i] * W[o, i] for t < n_tokens, o < n_out.
+// X is f32 [n_tokens, n_in] with row stride ldx (elements); Y is f32 with
+// row stride ldy. Each activation row is quantized once to activation_type()
+// and dotted with integer instructions; work is split over output rows (and
+// tokens for large batches) on `pool`, so decode reads each weight byte once
+// per call for the whole batch. `scratch` holds matmul_scratch_bytes().
+void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
+            int64_t ldy, ThreadPool& pool, void* scratch);
+
+// y = x / sqrt(mean(x^2) + eps) * weight   (weight may be nullptr: no gain).
+void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);
+
+struct RopeParams {
+  int head_dim = 0;
+  int rope_dim = 0;  // leading dims rotated; the rest pass through
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;              // 1 / linear scaling factor
+  const float* freq_factors = nullptr;  // Llama 3 rope_freqs: rope_dim/2 divisors, or nullptr
+  bool neox = false;                    // pairs (i, i + rope_dim/2) instead of (2i, 2i + 1)
+  // YaRN (used when ext_factor != 0): llama.cpp's parameters and meaning.
+  float ext_factor = 0.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
+  int n_ctx_orig = 0;
+};
+// Rotates n_heads vectors of head_dim (contiguous) at position pos, in place.
+void rope(float* x, int n_heads, int64_t pos, const RopeParams& p);
+
+// out[i] = silu(gate[i]) * up[i]
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// y[i] += x[i]
+void add(float* y, const float* x, int64_t n);
+// y[i] += b[i] for each of n_rows rows of n (bias broadcast)
+void add_bias(float* y, const float* b, int64_t n_rows, int64_t n);
+// In-place softmax over n values.
+void softmax(float* x, int64_t n);
+// Dequantizes row `row` of a (possibly quantized) matrix into out[n_in]: embedding lookup.
+void get_row(const WeightView& w, int64_t row, float* out);
+
+}  // namespace sustain::kernels

@@ -1,0 +1,372 @@
+// Every SIMD op against its scalar reference (kernels/ref.h), for every weight
+// format and on every Highway target compiled in that this CPU supports; and
+// the reference matmul against a plain f32 matmul on dequantized weights.
+//
+// Tolerances come from the arithmetic:
+// - Quantized formats: both sides compute the same exact integer sum per block
+//   (or super-block); only the order of the float accumulation of
+//   (int sum x scale) terms differs. With nb <= 88 blocks per row and f32
+//   rounding 2^-24 per operation the difference is below 88 * 2^-24 < 1e-5 of
+//   S = sum_i |w_i x_i|, the bound used.
+// - F32/F16/BF16: the reference sums exact products in double, the kernel in
+//   f32 vector lanes: error <= (n / lanes + log2 lanes) * 2^-24 * S, again
+//   below 1e-5 * S for n <= 2816.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "base/thread_pool.h"
+#include "hwy/targets.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/ops.h"
+#include "kernels/ref.h"
+#include "tensor/blocks.h"
+#include "tensor/fp16.h"
+#include "tensor/quant_test_util.h"
+
+namespace sustain::kernels {
+namespace {
+
+using test::random_normal;
+using test::random_with_outliers;
+
+// Runs fn once per compiled target this CPU has, with dispatch forced to it.
+template <class Fn>
+void for_each_target(Fn fn) {
+  const auto targets = cpu::compiled_targets();
+  ASSERT_FALSE(targets.empty());
+  for (int64_t t : targets) {
+    hwy::SetSupportedTargetsForTest(t);
+    SCOPED_TRACE(hwy::TargetName(t));
+    fn();
+  }
+  hwy::SetSupportedTargetsForTest(0);  // back to the CPU's real set
+}
+
+std::vector<QType> matmul_formats() {
+  std::vector<QType> out;
+  for (const auto& tr : all_qtypes())
+    if (tr.dequantize != nullptr) out.push_back(tr.type);
+  return out;
+}
+
+struct Problem {
+  QType type;
+  int64_t n_out, n_in, n_tok, ldx, ldy;
+  std::vector<uint8_t> w;
+  std::vector<float> w_deq;  // [n_out, n_in]
+  std::vector<float> x;      // [n_tok, ldx]
+  WeightView view() const {
+    WeightView v;
+    v.type = type;
+    v.n_out = n_out;
+    v.n_in = n_in;
+    v.data = w.data();
+    v.row_bytes = qtype_row_bytes(type, static_cast<uint64_t>(n_in));
+    return v;
+  }
+};
+
+Problem make_problem(QType t, int64_t n_out, int64_t n_in, int64_t n_tok, uint64_t seed) {
+  Problem p{t, n_out, n_in, n_tok, n_in + 3, n_out + 5, {}, {}, {}};
+  const auto& tr = qtype_traits(t);
+  const size_t row_bytes = qtype_row_bytes(t, static_cast<uint64_t>(n_in));
+  p.w.resize(row_bytes * static_cast<size_t>(n_out));
+  p.w_deq.resize(static_cast<size_t>(n_out * n_in));
+  for (int64_t o = 0; o < n_out; ++o) {
+    // Rows of different magnitude, some offset (exercises the min terms).
+    auto row = random_with_outliers(static_cast<size_t>(n_in), seed * 1000 + o,
+                                    0.02f * static_cast<float>(1 + o % 3));
+    if (o % 4 == 1)
+      for (auto& v : row) v += 0.03f;
+    tr.quantize(row.data(), p.w.data() + o * row_bytes, n_in);
+    tr.dequantize(p.w.data() + o * row_bytes, p.w_deq.data() + o * n_in, n_in);
+  }
+  p.x = random_normal(static_cast<size_t>(n_tok * p.ldx), seed ^ 0xabcdef, 1.0f);
+  // An all-zero leading block in one token: a zero activation scale.
+  if (n_tok > 1)
+    for (int64_t i = 0; i < std::min<int64_t>(32, n_in); ++i) p.x[p.ldx + i] = 0;
+  return p;
+}
+
+// S[t, o] = sum_i |w_oi x_ti|, the scale of the rounding error.
+std::vector<double> abs_dots(const Problem& p) {
+  std::vector<double> s(static_cast<size_t>(p.n_tok * p.n_out));
+  for (int64_t t = 0; t < p.n_tok; ++t)
+    for (int64_t o = 0; o < p.n_out; ++o) {
+      double acc = 0;
+      for (int64_t i = 0; i < p.n_in; ++i)
+        acc += std::fabs(static_cast<double>(p.w_deq[o * p.n_in + i]) * p.x[t * p.ldx + i]);
+      s[t * p.n_out + o] = acc;
+    }
+  return s;
+}
+
+std::vector<float> run_ref(const Problem& p) {
+  std::vector<float> y(static_cast<size_t>(p.n_tok * p.ldy), NAN);
+  ref::matmul(p.view(), p.x.data(), p.ldx, p.n_tok, y.data(), p.ldy);
+  return y;
+}
+
+std::vector<float> run_simd(const Problem& p, ThreadPool& pool) {
+  std::vector<float> y(static_cast<size_t>(p.n_tok * p.ldy), NAN);
+  std::vector<uint8_t> scratch(matmul_scratch_bytes(p.type, p.n_in, p.n_tok));
+  matmul(p.view(), p.x.data(), p.ldx, p.n_tok, y.data(), p.ldy, pool,
+         scratch.empty() ? nullptr : scratch.data());
+  return y;
+}
+
+void expect_close(const Problem& p, const std::vector<float>& got, const std::vector<float>& want,
+                  const std::vector<double>& scale, double rel) {
+  int bad = 0;
+  for (int64_t t = 0; t < p.n_tok; ++t)
+    for (int64_t o = 0; o < p.n_out; ++o) {
+      const float g = got[t * p.ldy + o], r = want[t * p.ldy + o];
+      const double tol = rel * scale[t * p.n_out + o] + 1e-30;
+      if (!(std::fabs(static_cast<double>(g) - r) <= tol) && ++bad <= 5)
+        ADD_FAILURE() << qtype_name(p.type) << " " << p.n_out << "x" << p.n_in << " tokens "
+                      << p.n_tok << ": y[" << t << "," << o << "] = " << g << ", ref " << r
+                      << ", tol " << tol;
+    }
+}
+
+// (n_out, n_in, n_tokens): every n_out x n_in with 1 and 5 tokens, plus
+// larger batches on some shapes (prefill tiles, the split by tokens).
+std::vector<std::array<int64_t, 3>> shapes(uint32_t block) {
+  std::vector<std::array<int64_t, 3>> out;
+  for (int64_t n_in : {32, 256, 768, 2816}) {
+    if (n_in % block) continue;
+    for (int64_t n_out : {1, 7, 33, 257})
+      for (int64_t n_tok : {1, 5}) out.push_back({n_out, n_in, n_tok});
+  }
+  const int64_t small_in = block == 256 ? 256 : 32;
+  for (auto s : std::vector<std::array<int64_t, 3>>{{33, 768, 17},
+                                                    {257, small_in, 64},
+                                                    {7, 2816, 64},
+                                                    {1, small_in, 64},
+                                                    {257, 768, 2},
+                                                    {33, small_in, 17}})
+    if (s[1] % block == 0) out.push_back(s);
+  return out;
+}
+
+class MatmulTest : public ::testing::TestWithParam<QType> {};
+
+TEST_P(MatmulTest, SimdMatchesReferenceOnEveryTarget) {
+  const QType t = GetParam();
+  ThreadPool pool(3);  // more threads than cores: uneven splits
+  uint64_t seed = 1;
+  for (auto [n_out, n_in, n_tok] : shapes(qtype_traits(t).block_elems)) {
+    const Problem p = make_problem(t, n_out, n_in, n_tok, seed++);
+    const auto want = run_ref(p);
+    const auto scale = abs_dots(p);
+    for_each_target([&] { expect_close(p, run_simd(p, pool), want, scale, 1e-5); });
+    if (HasFailure()) return;
+  }
+}
+
+// The reference matmul differs from y = x . W_deq^T only by rounding the
+// activations to activation_type(): at most half a quantization step
+// (block amax / 254) per element for the 8-bit formats, doubled to cover the
+// f16 rounding of the block scale d and of Q8_1's s; 2^-11 (f16) or 2^-8
+// (bf16) relative per element for the float formats.
+TEST_P(MatmulTest, ReferenceMatchesDequantizedF32) {
+  const QType t = GetParam();
+  const QType at = activation_type(t);
+  const int64_t n_in = 768, n_out = 9, n_tok = 3;
+  const Problem p = make_problem(t, n_out, n_in, n_tok, 77);
+  const auto got = run_ref(p);
+  const int64_t blk = at == QType::Q8_K ? 256 : 32;
+  for (int64_t tk = 0; tk < n_tok; ++tk) {
+    const float* x = p.x.data() + tk * p.ldx;
+    for (int64_t o = 0; o < n_out; ++o) {
+      const float* w = p.w_deq.data() + o * n_in;
+      double exact = 0, bound = 0, s = 0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        exact += static_cast<double>(w[i]) * x[i];
+        s += std::fabs(static_cast<double>(w[i]) * x[i]);
+      }
+      if (at == QType::Q8_0 || at == QType::Q8_1 || at == QType::Q8_K) {
+        for (int64_t b = 0; b < n_in; b += blk) {
+          float amax = 0;
+          for (int64_t i = b; i < b + blk; ++i) amax = std::max(amax, std::fabs(x[i]));
+          for (int64_t i = b; i < b + blk; ++i) bound += 2.0 * std::fabs(w[i]) * amax / 254.0;
+        }
+      } else if (at == QType::F16) {
+        bound = s * 0x1p-11;
+      } else if (at == QType::BF16) {
+        bound = s * 0x1p-8;
+      }
+      bound += 1e-5 * s;
+      EXPECT_NEAR(got[tk * p.ldy + o], exact, bound) << qtype_name(t) << " t" << tk << " o" << o;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest, ::testing::ValuesIn(matmul_formats()),
+                         [](const auto& info) { return std::string(qtype_name(info.param)); });
+
+TEST(Matmul, FormatTable) {
+  EXPECT_EQ(activation_type(QType::Q4_K), QType::Q8_K);
+  EXPECT_EQ(activation_type(QType::Q6_K), QType::Q8_K);
+  EXPECT_EQ(activation_type(QType::Q8_0), QType::Q8_0);
+  EXPECT_EQ(activation_type(QType::Q4_0), QType::Q8_0);
+  EXPECT_EQ(activation_type(QType::Q5_0), QType::Q8_0);
+  EXPECT_EQ(activation_type(QType::Q4_1), QType::Q8_1);
+  EXPECT_EQ(activation_type(QType::Q5_1), QType::Q8_1);
+  EXPECT_EQ(activation_type(QType::F16), QType::F16);
+  EXPECT_EQ(activation_type(QType::BF16), QType::BF16);
+  EXPECT_EQ(activation_type(QType::F32), QType::F32);
+  for (const auto& tr : all_qtypes())
+    EXPECT_EQ(matmul_supported(tr.type), tr.dequantize != nullptr) << tr.name;
+  EXPECT_FALSE(matmul_supported(QType::IQ2_XXS));
+  EXPECT_EQ(matmul_scratch_bytes(QType::F32, 4096, 512), 0u);
+  EXPECT_GE(matmul_scratch_bytes(QType::Q8_0, 4096, 2), 2 * qtype_row_bytes(QType::Q8_0, 4096));
+}
+
+// ---------------------------------------------------------------------------
+// Elementwise ops.
+
+constexpr int64_t kSizes[] = {1, 7, 33, 257, 2816};
+
+void expect_rel(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                double abs_floor, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], rel * std::fabs(want[i]) + abs_floor) << what << " i=" << i;
+}
+
+TEST(Elementwise, RmsNorm) {
+  for (int64_t n : kSizes) {
+    const auto x = random_normal(static_cast<size_t>(n), n, 3.0f);
+    const auto g = random_normal(static_cast<size_t>(n), n + 1);
+    for (const float* weight : {g.data(), static_cast<const float*>(nullptr)}) {
+      std::vector<float> want(x.size());
+      ref::rms_norm(x.data(), weight, want.data(), n, 1e-5f);
+      for_each_target([&] {
+        std::vector<float> got(x.size());
+        rms_norm(x.data(), weight, got.data(), n, 1e-5f);
+        // f32 vs double sum of squares: a relative 1e-6 change of the scale.
+        expect_rel(got, want, 1e-5, 0, "rms_norm");
+        std::vector<float> inplace = x;
+        rms_norm(inplace.data(), weight, inplace.data(), n, 1e-5f);
+        expect_rel(inplace, want, 1e-5, 0, "rms_norm in place");
+      });
+    }
+  }
+}
+
+TEST(Elementwise, SwigluAddSoftmax) {
+  for (int64_t n : kSizes) {
+    auto gate = random_normal(static_cast<size_t>(n), n, 4.0f);
+    if (n > 7) gate[3] = -120.0f, gate[5] = 95.0f;  // far tails of exp
+    const auto up = random_normal(static_cast<size_t>(n), n + 7);
+    std::vector<float> want(gate.size());
+    ref::swiglu(gate.data(), up.data(), want.data(), n);
+    auto logits = random_normal(static_cast<size_t>(n), n + 9, 6.0f);
+    if (n > 7) logits[2] = -INFINITY;  // a masked position
+    std::vector<float> want_sm = logits;
+    ref::softmax(want_sm.data(), n);
+    for_each_target([&] {
+      std::vector<float> got(gate.size());
+      swiglu(gate.data(), up.data(), got.data(), n);
+      // Exp within 1 ulp, then a division: a few ulp.
+      expect_rel(got, want, 1e-6, 1e-30, "swiglu");
+      std::vector<float> sum = gate, sum_ref = gate;
+      add(sum.data(), up.data(), n);
+      ref::add(sum_ref.data(), up.data(), n);
+      EXPECT_EQ(sum, sum_ref);
+      std::vector<float> sm = logits;
+      softmax(sm.data(), n);
+      expect_rel(sm, want_sm, 1e-5, 1e-30, "softmax");
+    });
+  }
+  // add_bias over rows.
+  const auto b = random_normal(33, 5);
+  auto y = random_normal(33 * 4, 6), y_ref = y;
+  add_bias(y.data(), b.data(), 4, 33);
+  ref::add_bias(y_ref.data(), b.data(), 4, 33);
+  EXPECT_EQ(y, y_ref);
+}
+
+TEST(Elementwise, Rope) {
+  const std::vector<float> factors = [] {
+    std::vector<float> f(32);
+    for (size_t i = 0; i < f.size(); ++i) f[i] = 1.0f + 0.25f * static_cast<float>(i % 5);
+    return f;
+  }();
+  struct Case {
+    int head_dim, rope_dim;
+    bool neox, freq_factors;
+    float freq_scale, ext_factor;
+  };
+  for (const Case c :
+       {Case{64, 64, false, false, 1.0f, 0.0f}, Case{64, 64, true, false, 1.0f, 0.0f},
+        Case{128, 64, true, true, 1.0f, 0.0f}, Case{64, 64, false, true, 0.25f, 0.0f},
+        Case{96, 32, false, false, 1.0f, 0.0f}, Case{64, 64, true, false, 0.25f, 1.0f}}) {
+    RopeParams p;
+    p.head_dim = c.head_dim;
+    p.rope_dim = c.rope_dim;
+    p.neox = c.neox;
+    p.freq_base = 500000.0f;
+    p.freq_scale = c.freq_scale;
+    p.freq_factors = c.freq_factors ? factors.data() : nullptr;
+    p.ext_factor = c.ext_factor;
+    p.n_ctx_orig = 4096;
+    const int n_heads = 5;
+    for (int64_t pos : {0, 1, 17, 4000, 100000}) {
+      const auto x = random_normal(static_cast<size_t>(n_heads * c.head_dim), pos + 3);
+      std::vector<float> want = x;
+      ref::rope(want.data(), n_heads, pos, p);
+      for_each_target([&] {
+        std::vector<float> got = x;
+        rope(got.data(), n_heads, pos, p);
+        // Same angles; a fused multiply-add rounds once instead of twice.
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-6 * (std::fabs(x[i]) + 1.0))
+              << "pos " << pos << " i " << i;
+      });
+      // Dimensions past rope_dim pass through unchanged.
+      for (int h = 0; h < n_heads; ++h)
+        for (int i = c.rope_dim; i < c.head_dim; ++i)
+          EXPECT_EQ(want[h * c.head_dim + i], x[h * c.head_dim + i]);
+    }
+  }
+}
+
+// The rope angles against their definition, computed directly in double:
+// theta_i = pos * base^(-2i/d) / ff_i * freq_scale (no YaRN). llama.cpp's
+// repeated multiplication drifts by a few ulp per step.
+TEST(Elementwise, RopeCacheMatchesDefinition) {
+  RopeParams p;
+  p.head_dim = p.rope_dim = 128;
+  p.freq_base = 10000.0f;
+  p.freq_scale = 0.5f;
+  const int64_t pos = 123;
+  std::vector<float> c(64), s(64);
+  ref::rope_cache(pos, p, c.data(), s.data());
+  for (int i = 0; i < 64; ++i) {
+    const double theta = 0.5 * pos * std::pow(10000.0, -2.0 * i / 128.0);
+    EXPECT_NEAR(c[i], std::cos(theta), 1e-4) << i;
+    EXPECT_NEAR(s[i], std::sin(theta), 1e-4) << i;
+  }
+}
+
+TEST(Elementwise, GetRow) {
+  for (QType t : matmul_formats()) {
+    const Problem p = make_problem(t, 5, 512, 1, 3);
+    for (int64_t r : {0, 4}) {
+      std::vector<float> got(512), want(512);
+      get_row(p.view(), r, got.data());
+      ref::get_row(p.view(), r, want.data());
+      EXPECT_EQ(got, want) << qtype_name(t);
+      EXPECT_EQ(0, std::memcmp(got.data(), p.w_deq.data() + r * 512, 512 * sizeof(float)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sustain::kernels
