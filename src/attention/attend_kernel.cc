@@ -1,0 +1,449 @@
+// The attention work-item kernel (kernel.h) in Highway, compiled for every
+// target and picked at run time. K and V rows stored as F32 or F16 are read
+// in place and converted in registers; other formats are converted a tile
+// of rows at a time into a small f32 buffer.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "attention/kernel.h"
+#include "tensor/blocks.h"
+#include "tensor/fp16.h"
+#include "tensor/qtype.h"
+
+// Highway's dynamic dispatch re-includes this file once per target; the
+// order below is required (clang-format must not sort it).
+// clang-format off
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/attend_kernel.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/cache_control.h"
+#include "hwy/contrib/math/math-inl.h"
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace sustain::attention::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// How K / V rows are read: Load(d, row, c) returns elements [c, c + Lanes)
+// of the row at `row` as f32. F32Rows also reads staged tiles.
+struct F32Rows {
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, size_t c) {
+    return hn::LoadU(d, reinterpret_cast<const float*>(row) + c);
+  }
+};
+struct F16Rows {
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, size_t c) {
+    const hn::Rebind<hwy::float16_t, D> dh;
+    return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + c));
+  }
+};
+struct BF16Rows {
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, size_t c) {
+    const hn::Rebind<hwy::bfloat16_t, D> db;
+    return hn::PromoteTo(d, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(row) + c));
+  }
+};
+// Q8_0 dequantized in registers: int8 lanes widened and scaled by their
+// block's f16 scale (needs Lanes <= 32, so a vector never spans two blocks).
+struct Q8Rows {
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, size_t c) {
+    const hn::Rebind<int8_t, D> d8;
+    const hn::Rebind<int32_t, D> d32;
+    const hn::Rebind<uint16_t, D> du16;
+    const hn::Rebind<hwy::float16_t, D> dh;
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + c / kQK;
+    const auto scale = hn::PromoteTo(d, hn::BitCast(dh, hn::Set(du16, b->d)));
+    const auto qi = hn::PromoteTo(d32, hn::LoadU(d8, b->qs + c % kQK));
+    return hn::Mul(hn::ConvertTo(d, qi), scale);
+  }
+};
+
+// Converts n rows of `dim` elements of `type` (row_bytes apart) to f32 rows
+// of `dim` floats: the tile buffer for formats not read in place.
+template <class D>
+void StageRows(D d, QType type, const uint8_t* src, size_t row_bytes, int n, int dim, float* dst) {
+  const size_t N = hn::Lanes(d);
+  if (type == QType::BF16) {
+    const hn::Rebind<hwy::bfloat16_t, D> db;
+    for (int j = 0; j < n; ++j) {
+      const auto* row = reinterpret_cast<const hwy::bfloat16_t*>(src + j * row_bytes);
+      for (size_t c = 0; c < size_t(dim); c += N)
+        hn::StoreU(hn::PromoteTo(d, hn::LoadU(db, row + c)), d, dst + size_t(j) * dim + c);
+    }
+    return;
+  }
+  if (type == QType::Q8_0 && N <= size_t(kQK)) {
+    const hn::Rebind<int8_t, D> d8;
+    const hn::Rebind<int32_t, D> d32;
+    for (int j = 0; j < n; ++j) {
+      const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src + j * row_bytes);
+      float* out = dst + size_t(j) * dim;
+      for (int b = 0; b < dim / kQK; ++b) {
+        const auto scale = hn::Set(d, f16_to_f32(blocks[b].d));
+        for (size_t c = 0; c < size_t(kQK); c += N) {
+          const auto qi = hn::PromoteTo(d32, hn::LoadU(d8, blocks[b].qs + c));
+          hn::StoreU(hn::Mul(hn::ConvertTo(d, qi), scale), d, out + b * kQK + c);
+        }
+      }
+    }
+    return;
+  }
+  const DequantizeFn deq = qtype_traits(type).dequantize;
+  for (int j = 0; j < n; ++j) deq(src + j * row_bytes, dst + size_t(j) * dim, dim);
+}
+
+// K and V rows of the next tile, fetched a few rows at a time while the
+// current tile is computed (spread out, so the fill buffers never overflow).
+struct Prefetch {
+  const uint8_t* k = nullptr;
+  const uint8_t* v = nullptr;
+  size_t k_row = 0, v_row = 0;
+  int n = 0;  // rows in the next tile
+
+  HWY_INLINE void rows(int j, int count) const {
+    if (j >= n) return;
+    const int end = std::min(n, j + count);
+    for (size_t off = j * k_row; off < end * k_row; off += 64) hwy::Prefetch(k + off);
+    for (size_t off = j * v_row; off < end * v_row; off += 64) hwy::Prefetch(v + off);
+  }
+};
+
+#if HWY_HAVE_SCALABLE
+// Sizeless vectors cannot live in arrays: one row at a time.
+inline constexpr int kMaxGroupRows = 1;
+inline constexpr int kVChunks = 1;
+#else
+// Rows processed together: each K/V element loaded once feeds kMaxGroupRows
+// rows (× 4 keys: independent FMA chains that hide the latency). 4 rows × 4
+// keys of accumulators fit AVX-512's 32 registers; 2 rows fit 16.
+inline constexpr int kMaxGroupRows = HWY_TARGET <= HWY_AVX3 ? kScoreRows : 2;
+// V chunks (vectors of head_dim_v) accumulated in registers per pass: 4 rows
+// × 4 chunks fill 16 of AVX-512's 32 registers; half that elsewhere.
+inline constexpr int kVChunks = HWY_TARGET <= HWY_AVX3 ? 4 : 2;
+#endif
+
+// Scalable and scalar targets lack arrays of vectors or the interleaves:
+// they take the one-key-one-row path.
+#define SUSTAIN_ATTN_TILED (!HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR)
+
+#if SUSTAIN_ATTN_TILED
+// Halves a vector of lanes until one 128-bit block of 4 lanes is left,
+// adding the halves.
+template <class D, class V>
+HWY_INLINE auto SumBlocks(D d, V v) {
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::Half<D> dh;
+    return SumBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  } else {
+    return v;
+  }
+}
+
+// [sum(a), sum(b), sum(c), sum(e)] as a 4-lane vector: a transpose-and-add
+// that costs ~13 instructions instead of four full horizontal reductions.
+template <class D, class V>
+HWY_INLINE auto Sum4(D d, V a, V b, V c, V e) {
+  const hn::Repartition<uint64_t, D> d64;
+  const V ab = hn::Add(hn::InterleaveLower(d, a, b), hn::InterleaveUpper(d, a, b));
+  const V ce = hn::Add(hn::InterleaveLower(d, c, e), hn::InterleaveUpper(d, c, e));
+  const auto ab64 = hn::BitCast(d64, ab), ce64 = hn::BitCast(d64, ce);
+  const V sums = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, ab64, ce64)),
+                         hn::BitCast(d, hn::InterleaveUpper(d64, ab64, ce64)));
+  return SumBlocks(d, sums);
+}
+#endif
+
+// scores[r][j] = scale · q_r · k_j for j < n. Four keys at a time (4·R
+// independent accumulators), each K vector converted once for all rows.
+template <int R, class KF, class D>
+HWY_INLINE void ScoreRows(D d, const float* const* q, const uint8_t* krows, size_t kstride, int n,
+                          int dk, float scale, float* const* scores, const Prefetch& pf) {
+  const size_t N = hn::Lanes(d);
+  int j = 0;
+#if SUSTAIN_ATTN_TILED
+  if constexpr (hn::MaxLanes(D()) >= 4) {
+    const hn::CappedTag<float, 4> d4;
+    const auto vscale = hn::Set(d4, scale);
+    for (; j + 4 <= n; j += 4) {
+      pf.rows(j, 4);
+      const uint8_t* k0 = krows + j * kstride;
+      hn::Vec<D> a0[R], a1[R], a2[R], a3[R];
+      for (int r = 0; r < R; ++r) a0[r] = a1[r] = a2[r] = a3[r] = hn::Zero(d);
+      for (size_t c = 0; c < size_t(dk); c += N) {
+        const auto x0 = KF::Load(d, k0, c);
+        const auto x1 = KF::Load(d, k0 + kstride, c);
+        const auto x2 = KF::Load(d, k0 + 2 * kstride, c);
+        const auto x3 = KF::Load(d, k0 + 3 * kstride, c);
+        for (int r = 0; r < R; ++r) {
+          const auto qv = hn::LoadU(d, q[r] + c);
+          a0[r] = hn::MulAdd(qv, x0, a0[r]);
+          a1[r] = hn::MulAdd(qv, x1, a1[r]);
+          a2[r] = hn::MulAdd(qv, x2, a2[r]);
+          a3[r] = hn::MulAdd(qv, x3, a3[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        hn::StoreU(hn::Mul(Sum4(d, a0[r], a1[r], a2[r], a3[r]), vscale), d4, scores[r] + j);
+    }
+  }
+#endif
+  for (; j < n; ++j) {
+    pf.rows(j, 1);
+    const uint8_t* k0 = krows + j * kstride;
+    for (int r = 0; r < R; ++r) {
+      auto acc = hn::Zero(d);
+      for (size_t c = 0; c < size_t(dk); c += N)
+        acc = hn::MulAdd(hn::LoadU(d, q[r] + c), KF::Load(d, k0, c), acc);
+      scores[r][j] = hn::GetLane(hn::SumOfLanes(d, acc)) * scale;
+    }
+  }
+}
+
+// o_r[c .. c + CC·N) += sum_j p_r[j] v_j[c ..] for j < n, accumulators in registers.
+template <int R, int CC, class VF, class D>
+HWY_INLINE void AccumulatePass(D d, const float* const* p, const uint8_t* vrows, size_t vstride,
+                               int n, size_t c, float* const* o) {
+  const size_t N = hn::Lanes(d);
+#if HWY_HAVE_SCALABLE
+  auto acc = hn::LoadU(d, o[0] + c);
+  for (int j = 0; j < n; ++j)
+    acc = hn::MulAdd(hn::Set(d, p[0][j]), VF::Load(d, vrows + j * vstride, c), acc);
+  hn::StoreU(acc, d, o[0] + c);
+#else
+  hn::Vec<D> acc[R][CC];
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < CC; ++k) acc[r][k] = hn::LoadU(d, o[r] + c + k * N);
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* vr = vrows + j * vstride;
+    hn::Vec<D> v[CC];
+    for (int k = 0; k < CC; ++k) v[k] = VF::Load(d, vr, c + k * N);
+    for (int r = 0; r < R; ++r) {
+      const auto pr = hn::Set(d, p[r][j]);
+      for (int k = 0; k < CC; ++k) acc[r][k] = hn::MulAdd(pr, v[k], acc[r][k]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < CC; ++k) hn::StoreU(acc[r][k], d, o[r] + c + k * N);
+#endif
+}
+
+template <int R, class VF, class D>
+HWY_INLINE void AccumulateRows(D d, const float* const* p, const uint8_t* vrows, size_t vstride,
+                               int n, int dv, float* const* o) {
+  const size_t N = hn::Lanes(d);
+  size_t c = 0;
+  for (; c + kVChunks * N <= size_t(dv); c += kVChunks * N)
+    AccumulatePass<R, kVChunks, VF>(d, p, vrows, vstride, n, c, o);
+  for (; c < size_t(dv); c += N) AccumulatePass<R, 1, VF>(d, p, vrows, vstride, n, c, o);
+}
+
+// The online-softmax update of one row for a tile whose scores (masked
+// entries -inf, at least one visible) are in s[0, kTile): s becomes the
+// probabilities exp(s - m_new); l and o are rescaled when the maximum grows.
+template <class D>
+HWY_INLINE void SoftmaxRow(D d, float* s, float& m, float& l, float* o, int dv) {
+  const hn::CappedTag<float, kTile> dt;
+  const size_t NT = hn::Lanes(dt);
+  auto vmax = hn::LoadU(dt, s);
+  for (size_t j = NT; j < size_t(kTile); j += NT) vmax = hn::Max(vmax, hn::LoadU(dt, s + j));
+  const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(dt, vmax)));
+  const auto vm = hn::Set(dt, m_new);
+  auto vsum = hn::Zero(dt);
+  for (size_t j = 0; j < size_t(kTile); j += NT) {
+    const auto e = hn::Exp(dt, hn::Sub(hn::LoadU(dt, s + j), vm));
+    vsum = hn::Add(vsum, e);
+    hn::StoreU(e, dt, s + j);
+  }
+  const float corr = std::exp(m - m_new);  // 0 on the first visible tile (m = -inf)
+  l = l * corr + hn::GetLane(hn::SumOfLanes(dt, vsum));
+  m = m_new;
+  if (corr != 1.0f) {
+    const size_t N = hn::Lanes(d);
+    const auto vc = hn::Set(d, corr);
+    for (size_t c = 0; c < size_t(dv); c += N)
+      hn::StoreU(hn::Mul(hn::LoadU(d, o + c), vc), d, o + c);
+  }
+}
+
+// One tile for a group of R rows: scores, softmax update, o += p · V.
+// q[k]: row k's query; idx[k]: its state row; nv[k]: keys of the tile it may
+// see (0..n).
+template <int R, class KF, class VF, class D>
+HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* idx, const int* nv,
+                         const uint8_t* krows, size_t kstride, const uint8_t* vrows, size_t vstride,
+                         float* scores, const Prefetch& pf) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float* s[R];
+  float* o[R];
+  int n_max = 0;
+  for (int k = 0; k < R; ++k) {
+    s[k] = scores + size_t(k) * kTile;
+    o[k] = it.o + size_t(idx[k]) * it.dv;
+    n_max = std::max(n_max, nv[k]);
+  }
+  ScoreRows<R, KF>(d, q, krows, kstride, n_max, it.dk, it.scale, s, pf);
+  for (int k = 0; k < R; ++k) {
+    std::fill(s[k] + nv[k], s[k] + kTile, kNegInf);
+    if (nv[k] > 0) SoftmaxRow(d, s[k], it.m[idx[k]], it.l[idx[k]], o[k], it.dv);
+    // A row that sees nothing here keeps its state; its p stay 0 below.
+    else
+      std::fill(s[k], s[k] + kTile, 0.0f);
+  }
+  AccumulateRows<R, VF>(d, s, vrows, vstride, n_max, it.dv, o);
+}
+
+// KF / VF: how K / V rows are read (F16Rows, Q8Rows in place; F32Rows for
+// F32 in place or a staged tile of any other format).
+template <class D, class KF, class VF>
+void RunItemT(D d, const Item& it) {
+  const kv::KvCache& cache = *it.cache;
+  const kv::KvGeometry& g = cache.geometry();
+  const int pt = g.page_tokens;
+  const int head_rows = it.n_queries * it.group;  // state rows per KV head
+  const int rows = head_rows * (it.head_end - it.head_begin);
+  const int dk = it.dk, dv = it.dv;
+  const size_t krb = g.k_row_bytes(), vrb = g.v_row_bytes();
+  const bool stage_k = std::is_same_v<KF, F32Rows> && g.k_type != QType::F32;
+  const bool stage_v = std::is_same_v<VF, F32Rows> && g.v_type != QType::F32;
+
+  float* scores = it.work;  // [kScoreRows][kTile]
+  float* kbuf = scores + round_up_floats(size_t(kScoreRows) * kTile);
+  float* vbuf = kbuf + round_up_floats(size_t(kTile) * dk);
+
+  for (int r = 0; r < rows; ++r) {
+    it.m[r] = -std::numeric_limits<float>::infinity();
+    it.l[r] = 0.0f;
+  }
+  std::fill(it.o, it.o + size_t(rows) * dv, 0.0f);
+
+  for (int64_t key = it.k_begin; key < it.k_end;) {
+    const int32_t page = it.pages[key / pt];
+    const int slot = static_cast<int>(key % pt);
+    const int n = static_cast<int>(std::min<int64_t>({kTile, pt - slot, it.k_end - key}));
+    // Where the next tile is on a page that does not follow this one in
+    // memory, its rows are prefetched while this tile is computed: the
+    // hardware prefetcher follows a contiguous stream, not a jump.
+    int32_t jump_page = -1;
+    int jump_slot = 0, jump_n = 0;
+    if (const int64_t next = key + n;
+        next < it.k_end && it.pages[next / pt] != page && it.pages[next / pt] != page + 1) {
+      jump_page = it.pages[next / pt];
+      jump_slot = static_cast<int>(next % pt);
+      jump_n = static_cast<int>(std::min<int64_t>({kTile, pt - jump_slot, it.k_end - next}));
+    }
+
+    for (int hk = it.head_begin; hk < it.head_end; ++hk) {
+      const uint8_t* ksrc = cache.k_block(page, it.layer, hk) + slot * krb;
+      const uint8_t* vsrc = cache.v_block(page, it.layer, hk) + slot * vrb;
+      Prefetch pf;
+      if (jump_page >= 0) {
+        pf.k = cache.k_block(jump_page, it.layer, hk) + jump_slot * krb;
+        pf.v = cache.v_block(jump_page, it.layer, hk) + jump_slot * vrb;
+        pf.k_row = krb;
+        pf.v_row = vrb;
+        pf.n = jump_n;
+      }
+      size_t kstride = krb, vstride = vrb;
+      if (stage_k) {
+        StageRows(d, g.k_type, ksrc, krb, n, dk, kbuf);
+        ksrc = reinterpret_cast<const uint8_t*>(kbuf);
+        kstride = sizeof(float) * dk;
+      }
+      if (stage_v) {
+        StageRows(d, g.v_type, vsrc, vrb, n, dv, vbuf);
+        vsrc = reinterpret_cast<const uint8_t*>(vbuf);
+        vstride = sizeof(float) * dv;
+      }
+
+      // This head's rows (block queries × group heads) in groups of up to
+      // kMaxGroupRows; a group may span queries.
+      const int row0 = (hk - it.head_begin) * head_rows;
+      for (int x0 = 0; x0 < head_rows; x0 += kMaxGroupRows) {
+        const int cnt = std::min(kMaxGroupRows, head_rows - x0);
+        const float* q[kMaxGroupRows];
+        int idx[kMaxGroupRows], nv[kMaxGroupRows];
+        for (int k = 0; k < cnt; ++k) {
+          const int b = (x0 + k) / it.group, i = (x0 + k) % it.group;
+          q[k] = it.q + b * it.q_stride + (size_t(hk) * it.group + i) * dk;
+          idx[k] = row0 + x0 + k;
+          nv[k] = static_cast<int>(std::clamp<int64_t>(it.queries[b].n_visible - key, 0, n));
+        }
+        const Prefetch& p = x0 == 0 ? pf : Prefetch();
+        switch (cnt) {
+#if !HWY_HAVE_SCALABLE
+          case 4:
+            TileRows<4, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p);
+            break;
+          case 3:
+            TileRows<3, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p);
+            break;
+          case 2:
+            TileRows<2, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p);
+            break;
+#endif
+          default:
+            TileRows<1, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p);
+        }
+      }
+    }
+    key += n;
+  }
+}
+
+// Formats read in place; others are staged a tile at a time. BF16 and Q8_0
+// are read in place only at full width (head dims are multiples of 32 there
+// in practice), which keeps the number of instantiations down.
+template <bool kFull, class D, class KF>
+void RunItemV(D d, const Item& it) {
+  const QType vt = it.cache->geometry().v_type;
+  if (vt == QType::F16) return RunItemT<D, KF, F16Rows>(d, it);
+  if constexpr (kFull) {
+    if (vt == QType::BF16) return RunItemT<D, KF, BF16Rows>(d, it);
+    if (vt == QType::Q8_0) return RunItemT<D, KF, Q8Rows>(d, it);
+  }
+  return RunItemT<D, KF, F32Rows>(d, it);
+}
+
+template <bool kFull, class D>
+void RunItemD(D d, const Item& it) {
+  const QType kt = it.cache->geometry().k_type;
+  if (kt == QType::F16) return RunItemV<kFull, D, F16Rows>(d, it);
+  if constexpr (kFull) {
+    if (kt == QType::BF16) return RunItemV<kFull, D, BF16Rows>(d, it);
+    if (kt == QType::Q8_0) return RunItemV<kFull, D, Q8Rows>(d, it);
+  }
+  return RunItemV<kFull, D, F32Rows>(d, it);
+}
+
+void RunItem(const Item& it) {
+  // The widest vector whose lane count divides both head dims.
+  const auto fits = [&](size_t n) { return it.dk % n == 0 && it.dv % n == 0; };
+  const hn::ScalableTag<float> d_full;
+  // Q8Rows needs vectors within one 32-element block.
+  constexpr bool kQ8Fits = HWY_MAX_BYTES / sizeof(float) <= kQK;
+  if (fits(hn::Lanes(d_full))) return RunItemD<kQ8Fits>(d_full, it);
+  const hn::CappedTag<float, 8> d8;
+  if (fits(hn::Lanes(d8))) return RunItemD<false>(d8, it);
+  return RunItemD<false>(hn::CappedTag<float, 1>(), it);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sustain::attention::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace sustain::attention::detail {
+HWY_EXPORT(RunItem);
+void run_item(const Item& it) {
+  HWY_DYNAMIC_DISPATCH(RunItem)(it);
+}
+}  // namespace sustain::attention::detail
+#endif

@@ -1,0 +1,283 @@
+// attend(): plans the work items (query blocks × KV heads × key chunks), runs
+// them on the pool, and merges the partial softmax states of split items.
+#include "attention/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attention/kernel.h"
+
+namespace sustain::attention {
+namespace {
+
+using detail::round_up_floats;
+
+int group_size(const AttnParams& p) {
+  return p.n_head / p.n_head_kv;
+}
+// Consecutive queries per block: enough to fill kMaxBlockRows rows per KV head.
+int block_queries(const AttnParams& p) {
+  return std::max(1, detail::kMaxBlockRows / group_size(p));
+}
+// State rows of one item at most: a full block × every query head.
+int item_rows(const AttnParams& p) {
+  return block_queries(p) * p.n_head;
+}
+
+bool may_split(const AttnParams& p, int n_threads) {
+  return p.split_kv == SplitKv::kForce || (p.split_kv == SplitKv::kAuto && n_threads > 1);
+}
+
+// Key chunks per block when splitting: at least 4 items per thread, and a
+// multiple of the thread count, so equal chunks end together.
+int64_t split_count(int64_t blocks, int n_threads) {
+  int64_t s = (4 * int64_t(n_threads) + blocks - 1) / blocks;
+  while ((blocks * s) % n_threads != 0) ++s;
+  return s;
+}
+
+// A softmax state for `rows` rows: o[rows * dv], then m[rows], then l[rows].
+size_t state_floats(int rows, int dv) {
+  return round_up_floats(size_t(rows) * dv) + 2 * round_up_floats(size_t(rows));
+}
+struct State {
+  float* o;
+  float* m;
+  float* l;
+};
+State state_at(float* base, int rows, int dv) {
+  float* m = base + round_up_floats(size_t(rows) * dv);
+  return {base, m, m + round_up_floats(size_t(rows))};
+}
+
+struct Layout {
+  size_t work_off = 0, work_floats = 0;        // per thread: kernel work + one state
+  size_t partial_off = 0, partial_floats = 0;  // per split item: one state
+  size_t blocks_off = 0;                       // int32 block starts [n_q + 1]
+  size_t total = 0;
+};
+
+Layout layout(const AttnParams& p, int64_t n_q, int n_threads) {
+  const int rows = item_rows(p);
+  Layout L;
+  L.work_floats =
+      detail::work_floats(p.head_dim_k, p.head_dim_v) + state_floats(rows, p.head_dim_v);
+  L.partial_floats = state_floats(rows, p.head_dim_v);
+  int64_t max_partials = 0;
+  if (may_split(p, n_threads)) {
+    const int64_t max_blocks = std::min<int64_t>(n_q, 4 * int64_t(n_threads) - 1);
+    for (int64_t blocks = 1; blocks <= max_blocks; ++blocks)
+      max_partials = std::max(max_partials, blocks * split_count(blocks, n_threads));
+  }
+  L.work_off = 0;
+  L.partial_off = L.work_off + sizeof(float) * L.work_floats * n_threads;
+  L.blocks_off = L.partial_off + sizeof(float) * L.partial_floats * max_partials;
+  L.total = L.blocks_off + (sizeof(int32_t) * (n_q + 1) + 63) / 64 * 64;
+  return L;
+}
+
+// Everything an item needs, in one place so the pool's callable captures a
+// single pointer (no allocation in std::function).
+struct Run {
+  const kv::KvCache* cache;
+  int layer;
+  const AttnParams* p;
+  const std::vector<QueryInfo>* queries;
+  const float* q;
+  float* out;
+  const int32_t* block_start;
+  int64_t n_blocks;
+  int64_t n_head_groups;  // KV heads split over items (short contexts only)
+  int64_t n_split;        // key chunks per block (flash-decoding)
+  int group;
+  int page_tokens;
+  float* work;
+  size_t work_floats;
+  float* partials;
+  size_t partial_floats;
+};
+
+// Where an item's work lies: block, KV heads, key chunk.
+struct Unit {
+  int64_t blk, q0;
+  int n_queries;
+  int head_begin, head_end;
+  int64_t chunk;
+};
+Unit unit_of(const Run& R, int64_t item) {
+  Unit u;
+  u.chunk = item % R.n_split;
+  const int64_t rest = item / R.n_split;
+  const int64_t hg = rest % R.n_head_groups;
+  // Later blocks first: in a prefill chunk they see the most keys, and
+  // starting the longest items first evens out the threads' finish times.
+  u.blk = R.n_blocks - 1 - rest / R.n_head_groups;
+  u.q0 = R.block_start[u.blk];
+  u.n_queries = static_cast<int>(R.block_start[u.blk + 1] - u.q0);
+  const int h = R.p->n_head_kv;
+  u.head_begin = static_cast<int>(hg * h / R.n_head_groups);
+  u.head_end = static_cast<int>((hg + 1) * h / R.n_head_groups);
+  return u;
+}
+
+// Writes o / l of each row of a unit to `out` (zeros where nothing was visible).
+void finalize_rows(const Run& R, const Unit& u, const float* o, const float* l) {
+  const AttnParams& p = *R.p;
+  int r = 0;
+  for (int hk = u.head_begin; hk < u.head_end; ++hk) {
+    for (int b = 0; b < u.n_queries; ++b) {
+      for (int i = 0; i < R.group; ++i, ++r) {
+        float* dst =
+            R.out + (size_t(u.q0 + b) * p.n_head + size_t(hk) * R.group + i) * p.head_dim_v;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        const float* src = o + size_t(r) * p.head_dim_v;
+        for (int c = 0; c < p.head_dim_v; ++c) dst[c] = src[c] * inv;
+      }
+    }
+  }
+}
+
+void run_one(const Run& R, int64_t item, int thread) {
+  const AttnParams& p = *R.p;
+  const Unit u = unit_of(R, item);
+  const QueryInfo* qi = R.queries->data() + u.q0;
+  int64_t k_max = 0;
+  for (int b = 0; b < u.n_queries; ++b) k_max = std::max(k_max, qi[b].n_visible);
+
+  detail::Item it;
+  it.cache = R.cache;
+  it.layer = R.layer;
+  it.head_begin = u.head_begin;
+  it.head_end = u.head_end;
+  it.pages = qi->pages->pages.data();
+  it.queries = qi;
+  it.n_queries = u.n_queries;
+  it.group = R.group;
+  it.q = R.q + size_t(u.q0) * p.n_head * p.head_dim_k;
+  it.q_stride = size_t(p.n_head) * p.head_dim_k;
+  it.dk = p.head_dim_k;
+  it.dv = p.head_dim_v;
+  it.scale = p.scale;
+  float* work = R.work + R.work_floats * thread;
+  it.work = work;
+  const int max_rows = item_rows(p);
+  State st =
+      state_at(work + detail::work_floats(p.head_dim_k, p.head_dim_v), max_rows, p.head_dim_v);
+  if (R.n_split == 1) {
+    it.k_begin = 0;
+    it.k_end = k_max;
+  } else {
+    // Page-aligned chunks, so a chunk boundary never splits a tile.
+    const int64_t n_pages = (k_max + R.page_tokens - 1) / R.page_tokens;
+    it.k_begin = std::min(k_max, u.chunk * n_pages / R.n_split * R.page_tokens);
+    it.k_end = std::min(k_max, (u.chunk + 1) * n_pages / R.n_split * R.page_tokens);
+    st = state_at(R.partials + R.partial_floats * item, max_rows, p.head_dim_v);
+  }
+  it.o = st.o;
+  it.m = st.m;
+  it.l = st.l;
+  detail::run_item(it);
+  if (R.n_split == 1) finalize_rows(R, u, st.o, st.l);
+}
+
+// Combines the n_split partial states of one block (split items cover all
+// KV heads): M = max m_c, l = sum l_c e^(m_c - M), o = sum o_c e^(m_c - M).
+void merge_block(const Run& R, int64_t unit) {
+  const AttnParams& p = *R.p;
+  const int max_rows = item_rows(p);
+  const Unit u = unit_of(R, unit * R.n_split);
+  const int rows = u.n_queries * p.n_head;
+  // The first chunk's state accumulates the merge.
+  State acc = state_at(R.partials + R.partial_floats * (unit * R.n_split), max_rows, p.head_dim_v);
+  for (int64_t c = 1; c < R.n_split; ++c) {
+    const State s =
+        state_at(R.partials + R.partial_floats * (unit * R.n_split + c), max_rows, p.head_dim_v);
+    for (int r = 0; r < rows; ++r) {
+      if (s.l[r] == 0.0f) continue;  // the chunk saw no key of this row
+      const float m = std::max(acc.m[r], s.m[r]);
+      const float fa = std::exp(acc.m[r] - m), fs = std::exp(s.m[r] - m);
+      float* oa = acc.o + size_t(r) * p.head_dim_v;
+      const float* os = s.o + size_t(r) * p.head_dim_v;
+      for (int k = 0; k < p.head_dim_v; ++k) oa[k] = oa[k] * fa + os[k] * fs;
+      acc.l[r] = acc.l[r] * fa + s.l[r] * fs;
+      acc.m[r] = m;
+    }
+  }
+  finalize_rows(R, u, acc.o, acc.l);
+}
+
+}  // namespace
+
+size_t attention_scratch_bytes(const AttnParams& p, int64_t n_q, int n_threads) {
+  return layout(p, n_q, std::max(1, n_threads)).total;
+}
+
+void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
+            const std::vector<QueryInfo>& queries, const float* q, float* out, ThreadPool& pool,
+            void* scratch) {
+  const kv::KvGeometry& g = cache.geometry();
+  SUSTAIN_CHECK(p.n_head_kv == g.n_head_kv && p.n_head % p.n_head_kv == 0);
+  SUSTAIN_CHECK(p.head_dim_k == g.head_dim_k && p.head_dim_v == g.head_dim_v);
+  SUSTAIN_CHECK(layer >= 0 && layer < g.n_layer);
+  const int64_t n_q = static_cast<int64_t>(queries.size());
+  if (n_q == 0) return;
+  const int n_threads = pool.size();
+  const Layout L = layout(p, n_q, n_threads);
+  auto* base = static_cast<uint8_t*>(scratch);
+
+  // Blocks of consecutive queries that share a page table.
+  auto* block_start = reinterpret_cast<int32_t*>(base + L.blocks_off);
+  const int max_block = block_queries(p);
+  int64_t n_blocks = 0, k_max = 0;
+  for (int64_t t = 0; t < n_q; ++t) {
+    const QueryInfo& qi = queries[t];
+    SUSTAIN_CHECK(qi.pages != nullptr && qi.n_visible >= 0 &&
+                  qi.n_visible <= static_cast<int64_t>(qi.pages->pages.size()) * g.page_tokens);
+    k_max = std::max(k_max, qi.n_visible);
+    if (n_blocks == 0 || qi.pages != queries[block_start[n_blocks - 1]].pages ||
+        t - block_start[n_blocks - 1] >= max_block) {
+      block_start[n_blocks++] = static_cast<int32_t>(t);
+    }
+  }
+  block_start[n_blocks] = static_cast<int32_t>(n_q);
+
+  // Long contexts with few blocks: split keys (all KV heads per item, so
+  // each item streams its pages front to back). Otherwise, with few blocks,
+  // split KV heads instead to give every thread work.
+  const int64_t min_items = 4 * int64_t(n_threads);
+  int64_t n_split = 1, n_head_groups = 1;
+  if (may_split(p, n_threads) && n_blocks < min_items &&
+      (p.split_kv == SplitKv::kForce || k_max >= kSplitMinKeys)) {
+    n_split = split_count(n_blocks, n_threads);
+  } else if (n_blocks < min_items && n_threads > 1) {
+    n_head_groups = std::min<int64_t>(p.n_head_kv, (min_items + n_blocks - 1) / n_blocks);
+  }
+
+  Run R{&cache,
+        layer,
+        &p,
+        &queries,
+        q,
+        out,
+        block_start,
+        n_blocks,
+        n_head_groups,
+        n_split,
+        group_size(p),
+        g.page_tokens,
+        reinterpret_cast<float*>(base + L.work_off),
+        L.work_floats,
+        reinterpret_cast<float*>(base + L.partial_off),
+        L.partial_floats};
+  const Run* rp = &R;
+  const int64_t n_items = n_blocks * n_head_groups * n_split;
+  pool.parallel_for_dynamic(size_t(n_items), 1, [rp](size_t b, size_t e, int t) {
+    for (size_t i = b; i < e; ++i) run_one(*rp, static_cast<int64_t>(i), t);
+  });
+  if (n_split > 1) {
+    for (int64_t unit = 0; unit < n_blocks; ++unit) merge_block(R, unit);
+  }
+}
+
+}  // namespace sustain::attention

@@ -1,0 +1,65 @@
+// Internal: the per-work-item attention kernel (attend_kernel.cc, Highway,
+// dynamic dispatch) and the layout of its workspace. attention.cc plans the
+// work items, runs them on the pool and merges split states.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attention/attention.h"
+#include "kv/kv_cache.h"
+
+namespace sustain::attention::detail {
+
+// Keys per tile: scores for a tile of keys are computed, exponentiated and
+// applied to V before the next tile, so a tile's K and V rows are still in L1.
+inline constexpr int kTile = 32;
+// Query rows per KV head of a block (queries × heads of a GQA group).
+inline constexpr int kMaxBlockRows = 16;
+
+// Float counts rounded to 64-byte multiples, so workspace pieces stay aligned.
+inline size_t round_up_floats(size_t n) {
+  return (n + 15) / 16 * 16;
+}
+
+// One work item: the query rows of a block of consecutive queries of one
+// sequence × the query heads of KV heads [head_begin, head_end), over keys
+// [k_begin, k_end). Produces the unnormalized softmax state of each row r =
+// ((kv head - head_begin) * n_queries + query) * group + head in group:
+// m[r] the running maximum score, l[r] = sum exp(s - m), o[r * dv ..] =
+// sum exp(s - m) v. Taking all KV heads of a layer in one item reads the
+// layer's pages front to back (see kv_cache.h).
+struct Item {
+  const kv::KvCache* cache = nullptr;
+  int layer = 0;
+  int head_begin = 0, head_end = 0;
+  const int32_t* pages = nullptr;
+  int64_t k_begin = 0, k_end = 0;
+  const QueryInfo* queries = nullptr;  // the block's queries (n_visible limits)
+  int n_queries = 0;
+  int group = 0;             // query heads per KV head
+  const float* q = nullptr;  // the block's first query, query head 0
+  size_t q_stride = 0;       // floats from one query token to the next
+  int dk = 0, dv = 0;
+  float scale = 0.0f;
+  float* m = nullptr;
+  float* l = nullptr;
+  float* o = nullptr;
+  float* work = nullptr;  // work_floats(dk, dv) floats, 64-byte aligned
+};
+
+// Rows whose scores are computed together (kernel registers allow 4).
+inline constexpr int kScoreRows = 4;
+
+// Workspace floats the kernel needs beside its outputs: a tile of scores
+// per row of a row group, and a tile of K and V rows converted to f32
+// (formats other than F32/F16 are dequantized a tile at a time, never the
+// whole cache).
+inline size_t work_floats(int dk, int dv) {
+  return round_up_floats(size_t(kScoreRows) * kTile) + round_up_floats(size_t(kTile) * dk) +
+         round_up_floats(size_t(kTile) * dv);
+}
+
+void run_item(const Item& it);
+
+}  // namespace sustain::attention::detail

@@ -1,0 +1,45 @@
+#include "attention/ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sustain::attention {
+
+void attend_ref(const kv::KvCache& cache, int layer, const AttnParams& p,
+                const std::vector<QueryInfo>& queries, const float* q, double* out) {
+  const kv::KvGeometry& g = cache.geometry();
+  const int dk = p.head_dim_k, dv = p.head_dim_v, group = p.n_head / p.n_head_kv;
+  const DequantizeFn deq_k = qtype_traits(g.k_type).dequantize;
+  const DequantizeFn deq_v = qtype_traits(g.v_type).dequantize;
+  std::vector<float> krow(dk), vrow(dv);
+  std::vector<double> scores;
+  for (size_t t = 0; t < queries.size(); ++t) {
+    const QueryInfo& qi = queries[t];
+    for (int h = 0; h < p.n_head; ++h) {
+      const int kvh = h / group;
+      const float* qr = q + (t * p.n_head + h) * dk;
+      double* o = out + (t * p.n_head + h) * dv;
+      std::fill(o, o + dv, 0.0);
+      if (qi.n_visible == 0) continue;
+      scores.assign(qi.n_visible, 0.0);
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < qi.n_visible; ++j) {
+        deq_k(cache.k_row(*qi.pages, layer, kvh, j), krow.data(), dk);
+        double s = 0.0;
+        for (int c = 0; c < dk; ++c) s += double(qr[c]) * krow[c];
+        scores[j] = s * p.scale;
+        m = std::max(m, scores[j]);
+      }
+      double sum = 0.0;
+      for (double& s : scores) sum += (s = std::exp(s - m));
+      for (int64_t j = 0; j < qi.n_visible; ++j) {
+        deq_v(cache.v_row(*qi.pages, layer, kvh, j), vrow.data(), dv);
+        const double w = scores[j] / sum;
+        for (int c = 0; c < dv; ++c) o[c] += w * vrow[c];
+      }
+    }
+  }
+}
+
+}  // namespace sustain::attention

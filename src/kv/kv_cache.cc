@@ -1,0 +1,187 @@
+#include "kv/kv_cache.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "base/checked_math.h"
+
+namespace sustain::kv {
+namespace {
+
+// MemAvailable from /proc/meminfo (what can be committed without swapping),
+// falling back to free physical pages.
+uint64_t available_memory_bytes() {
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (std::fgets(line, sizeof(line), f)) {
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+        found = true;
+        break;
+      }
+    }
+    std::fclose(f);
+    if (found) return static_cast<uint64_t>(kib) * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+Status out_of_memory(const KvGeometry& g, int64_t max_tokens, const char* bytes_needed,
+                     const char* why) {
+  const uint64_t avail = available_memory_bytes();
+  const uint64_t fit = g.page_bytes() ? avail / g.page_bytes() * g.page_tokens : 0;
+  return error(Code::kOutOfMemory,
+               "KV cache for {} tokens needs {} bytes ({} per token, pages of {} tokens): {}; "
+               "{} bytes are available, enough for at most {} tokens",
+               max_tokens, bytes_needed, g.bytes_per_token(), g.page_tokens, why, avail, fit);
+}
+
+}  // namespace
+
+Status validate(const KvGeometry& g) {
+  if (g.n_layer <= 0) return error(Code::kInvalidArgument, "KV geometry: n_layer = {}", g.n_layer);
+  if (g.n_head_kv <= 0)
+    return error(Code::kInvalidArgument, "KV geometry: n_head_kv = {}", g.n_head_kv);
+  if (g.page_tokens <= 0)
+    return error(Code::kInvalidArgument, "KV geometry: page_tokens = {}", g.page_tokens);
+  const struct {
+    const char* what;
+    QType type;
+    int dim;
+  } parts[] = {{"K", g.k_type, g.head_dim_k}, {"V", g.v_type, g.head_dim_v}};
+  for (const auto& p : parts) {
+    if (p.dim <= 0)
+      return error(Code::kInvalidArgument, "KV geometry: {} head_dim = {}", p.what, p.dim);
+    const QTypeTraits& tr = qtype_traits(p.type);
+    if (!tr.quantize || !tr.dequantize)
+      return error(Code::kUnsupported, "KV cache: {} type {} cannot be written and read", p.what,
+                   tr.name);
+    if (p.dim % tr.block_elems != 0)
+      return error(
+          Code::kInvalidArgument,
+          "KV cache: {} type {} has blocks of {} elements, which do not divide head_dim {}", p.what,
+          tr.name, tr.block_elems, p.dim);
+  }
+  return Status::ok();
+}
+
+void PoolDeleter::operator()(uint8_t* p) const {
+  if (p) munmap(p, bytes);
+}
+
+Expected<KvCache> KvCache::create(const KvGeometry& g, int64_t max_tokens) {
+  SUSTAIN_TRY(validate(g));
+  if (max_tokens <= 0)
+    return error(Code::kInvalidArgument, "KV cache: max_tokens = {}", max_tokens);
+  const uint64_t n_pages = (static_cast<uint64_t>(max_tokens) + g.page_tokens - 1) / g.page_tokens;
+  const auto bytes = checked_mul(n_pages, g.page_bytes());
+  if (!bytes) return out_of_memory(g, max_tokens, "more than 2^64", "the size overflows");
+  const std::string need = std::to_string(*bytes);
+  if (n_pages > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+    return out_of_memory(g, max_tokens, need.c_str(), "more pages than int32 page ids can name");
+  if (*bytes > available_memory_bytes())
+    return out_of_memory(g, max_tokens, need.c_str(), "more than the memory available");
+
+  void* p = mmap(nullptr, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return out_of_memory(g, max_tokens, need.c_str(), "mmap failed");
+  // Attention reads pages scattered over the pool: huge pages cut TLB misses.
+  madvise(p, *bytes, MADV_HUGEPAGE);
+  // Commit every page now, so running out of memory shows here and the
+  // decode loop never page-faults.
+  std::memset(p, 0, *bytes);
+
+  KvCache c;
+  c.g_ = g;
+  c.n_pages_ = static_cast<int32_t>(n_pages);
+  c.bytes_ = *bytes;
+  c.k_block_bytes_ = g.k_row_bytes() * g.page_tokens;
+  c.v_block_bytes_ = g.v_row_bytes() * g.page_tokens;
+  c.head_bytes_ = c.k_block_bytes_ + c.v_block_bytes_;
+  c.layer_bytes_ = c.head_bytes_ * g.n_head_kv;
+  c.layer_stride_ = c.layer_bytes_ * n_pages;
+  c.data_ = std::unique_ptr<uint8_t[], PoolDeleter>(static_cast<uint8_t*>(p), PoolDeleter{*bytes});
+  c.refcount_.assign(n_pages, 0);
+  // Pop order hands out low page ids first: a fresh sequence's pages ascend.
+  c.free_.resize(n_pages);
+  for (uint64_t i = 0; i < n_pages; ++i) c.free_[i] = static_cast<int32_t>(n_pages - 1 - i);
+  return c;
+}
+
+Status KvCache::reserve(PageTable& t, int64_t n) {
+  if (n < 0) return error(Code::kInvalidArgument, "KV reserve: n = {}", n);
+  const int64_t want = t.n_tokens + n;
+  const int64_t pages_needed = (want + g_.page_tokens - 1) / g_.page_tokens;
+  const int64_t more = pages_needed - static_cast<int64_t>(t.pages.size());
+  if (more > static_cast<int64_t>(free_.size())) {
+    return error(Code::kOutOfMemory,
+                 "KV cache out of pages: {} more tokens need {} more pages of {} tokens, {} of {} "
+                 "are free",
+                 n, more, g_.page_tokens, free_.size(), n_pages_);
+  }
+  for (int64_t i = 0; i < more; ++i) {
+    const int32_t page = free_.back();
+    free_.pop_back();
+    refcount_[page] = 1;
+    t.pages.push_back(page);
+  }
+  t.n_tokens = want;
+  return Status::ok();
+}
+
+void KvCache::truncate(PageTable& t, int64_t n_tokens) {
+  SUSTAIN_CHECK(n_tokens >= 0 && n_tokens <= t.n_tokens);
+  const size_t keep = static_cast<size_t>((n_tokens + g_.page_tokens - 1) / g_.page_tokens);
+  while (t.pages.size() > keep) {
+    const int32_t page = t.pages.back();
+    t.pages.pop_back();
+    SUSTAIN_CHECK(refcount_[page] > 0);
+    if (--refcount_[page] == 0) free_.push_back(page);
+  }
+  t.n_tokens = n_tokens;
+}
+
+void KvCache::release(PageTable& t) {
+  truncate(t, 0);
+  t.pages.clear();
+}
+
+uint8_t* KvCache::slot(const PageTable& t, int layer, int64_t pos, size_t block_off,
+                       size_t row_bytes) const {
+  SUSTAIN_CHECK(pos >= 0 && pos < capacity(t));
+  const int32_t page = t.pages[static_cast<size_t>(pos / g_.page_tokens)];
+  // const_cast: the non-const accessors hand out writable rows of our own pool.
+  return const_cast<uint8_t*>(layer_base(page, layer)) + block_off +
+         row_bytes * static_cast<size_t>(pos % g_.page_tokens);
+}
+
+uint8_t* KvCache::k_row(const PageTable& t, int layer, int head, int64_t pos) {
+  return slot(t, layer, pos, head_bytes_ * head, g_.k_row_bytes());
+}
+uint8_t* KvCache::v_row(const PageTable& t, int layer, int head, int64_t pos) {
+  return slot(t, layer, pos, head_bytes_ * head + k_block_bytes_, g_.v_row_bytes());
+}
+const uint8_t* KvCache::k_row(const PageTable& t, int layer, int head, int64_t pos) const {
+  return const_cast<KvCache*>(this)->k_row(t, layer, head, pos);
+}
+const uint8_t* KvCache::v_row(const PageTable& t, int layer, int head, int64_t pos) const {
+  return const_cast<KvCache*>(this)->v_row(t, layer, head, pos);
+}
+
+void KvCache::store(const PageTable& t, int layer, int64_t pos, const float* k, const float* v) {
+  SUSTAIN_CHECK(layer >= 0 && layer < g_.n_layer);
+  const QuantizeFn qk = qtype_traits(g_.k_type).quantize;
+  const QuantizeFn qv = qtype_traits(g_.v_type).quantize;
+  for (int h = 0; h < g_.n_head_kv; ++h) {
+    qk(k + static_cast<size_t>(h) * g_.head_dim_k, k_row(t, layer, h, pos), g_.head_dim_k);
+    qv(v + static_cast<size_t>(h) * g_.head_dim_v, v_row(t, layer, h, pos), g_.head_dim_v);
+  }
+}
+
+}  // namespace sustain::kv

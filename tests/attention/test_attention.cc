@@ -1,0 +1,206 @@
+// attend() against the double reference on random data with awkward shapes:
+// contexts around tile and page edges, GQA ratios, head dims, mixed batches,
+// prefill chunks, K/V formats, 1–3 threads with split-KV off, forced and auto.
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include "attn_test_util.h"
+
+namespace sustain::attention::test {
+namespace {
+
+// F32/F16 rows: attend() does the reference's arithmetic in f32.
+constexpr double kTol = 1e-5;
+
+// Runs attend() with 1, 2 and 3 threads and every split mode; the reference
+// is computed once. Returns the worst error.
+double worst_over_runs(const kv::KvCache& cache, int layer, AttnParams p,
+                       const std::vector<QueryInfo>& queries, uint32_t seed) {
+  const size_t n_q = queries.size();
+  const std::vector<float> q = random_q(n_q * p.n_head * p.head_dim_k, seed);
+  std::vector<double> ref(n_q * p.n_head * p.head_dim_v);
+  attend_ref(cache, layer, p, queries, q.data(), ref.data());
+  double worst = 0.0;
+  for (int threads : {1, 2, 3}) {
+    for (SplitKv split : {SplitKv::kOff, SplitKv::kAuto, SplitKv::kForce}) {
+      p.split_kv = split;
+      ThreadPool& tp = pool(threads);
+      auto scratch = aligned_scratch(attention_scratch_bytes(p, int64_t(n_q), tp.size()));
+      std::vector<float> out(ref.size(), std::nanf(""));
+      attend(cache, layer, p, queries, q.data(), out.data(), tp, scratch.get());
+      double err = INFINITY;
+      if (std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }))
+        err = max_rel_error(out, ref, p.head_dim_v);
+      EXPECT_LE(err, kTol) << "threads " << threads << " split " << int(split);
+      worst = std::max(worst, err);
+    }
+  }
+  return worst;
+}
+
+kv::KvGeometry geometry(int n_head_kv, int dim, int page_tokens, QType kt = QType::F16,
+                        QType vt = QType::F16) {
+  kv::KvGeometry g;
+  g.n_layer = 2;
+  g.n_head_kv = n_head_kv;
+  g.head_dim_k = dim;
+  g.head_dim_v = dim;
+  g.k_type = kt;
+  g.v_type = vt;
+  g.page_tokens = page_tokens;
+  return g;
+}
+
+// One decode query over a whole sequence.
+using DecodeCase = std::tuple<int64_t, int, int, int>;  // context, group, head dim, page tokens
+class DecodeSweep : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(DecodeSweep, MatchesReference) {
+  const auto [ctx, group, dim, page] = GetParam();
+  const kv::KvGeometry g = geometry(2, dim, page);
+  Filled f = make_filled(g, {ctx}, uint32_t(ctx * 131 + dim));
+  const AttnParams p = params_for(g, group, SplitKv::kAuto);
+  const std::vector<QueryInfo> queries = {{&f.seqs[0], ctx}};
+  worst_over_runs(*f.cache, 1, p, queries, uint32_t(group * 7 + dim));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DecodeSweep,
+                         ::testing::Combine(::testing::Values(1, 2, 31, 32, 33, 100, 1000, 4097),
+                                            ::testing::Values(1, 2, 4, 8),
+                                            ::testing::Values(8, 16, 32, 64, 128),
+                                            ::testing::Values(16, 32)),
+                         [](const auto& info) {
+                           return "ctx" + std::to_string(std::get<0>(info.param)) + "_g" +
+                                  std::to_string(std::get<1>(info.param)) + "_d" +
+                                  std::to_string(std::get<2>(info.param)) + "_p" +
+                                  std::to_string(std::get<3>(info.param));
+                         });
+
+// Several sequences of different lengths decoding in one batch, plus a query
+// that sees nothing (zeros).
+class MixedBatch : public ::testing::TestWithParam<int> {};
+
+TEST_P(MixedBatch, MatchesReference) {
+  const int group = GetParam();
+  const kv::KvGeometry g = geometry(3, 64, 16);
+  Filled f = make_filled(g, {1, 33, 1000, 100, 2048, 5}, 7);
+  const AttnParams p = params_for(g, group, SplitKv::kAuto);
+  std::vector<QueryInfo> queries;
+  for (const kv::PageTable& t : f.seqs) queries.push_back({&t, t.n_tokens});
+  queries.push_back({&f.seqs[2], 0});
+  worst_over_runs(*f.cache, 0, p, queries, 11);
+}
+
+INSTANTIATE_TEST_SUITE_P(Groups, MixedBatch, ::testing::Values(1, 2, 3, 4, 8));
+
+// A prefill chunk: consecutive queries of one sequence with increasing
+// n_visible (causal), beside another sequence's chunk and a decode query.
+using PrefillCase = std::tuple<int, int>;  // group, page tokens
+class PrefillChunk : public ::testing::TestWithParam<PrefillCase> {};
+
+TEST_P(PrefillChunk, MatchesReference) {
+  const auto [group, page] = GetParam();
+  const kv::KvGeometry g = geometry(2, 32, page);
+  Filled f = make_filled(g, {90, 700, 37}, 3);
+  const AttnParams p = params_for(g, group, SplitKv::kAuto);
+  std::vector<QueryInfo> queries;
+  for (int64_t pos = 43; pos < 90; ++pos) queries.push_back({&f.seqs[0], pos + 1});
+  queries.push_back({&f.seqs[2], 37});
+  for (int64_t pos = 0; pos < 20; ++pos) queries.push_back({&f.seqs[1], pos + 1});
+  for (int64_t pos = 680; pos < 700; ++pos) queries.push_back({&f.seqs[1], pos + 1});
+  worst_over_runs(*f.cache, 1, p, queries, 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Groups, PrefillChunk,
+                         ::testing::Combine(::testing::Values(1, 2, 4, 8),
+                                            ::testing::Values(16, 32)));
+
+// A prefill chunk short enough for split-KV: forced splits must merge
+// partial states of blocks of several queries.
+TEST(PrefillChunk, ForcedSplitOfAShortChunk) {
+  const kv::KvGeometry g = geometry(1, 64, 16);
+  Filled f = make_filled(g, {300}, 9);
+  const AttnParams p = params_for(g, 4, SplitKv::kAuto);
+  std::vector<QueryInfo> queries;
+  for (int64_t pos = 290; pos < 300; ++pos) queries.push_back({&f.seqs[0], pos + 1});
+  worst_over_runs(*f.cache, 0, p, queries, 13);
+}
+
+// Peaked softmax (large scores): the running maximum changes often, so the
+// rescaling of earlier tiles is exercised.
+TEST(Attention, PeakedScores) {
+  const kv::KvGeometry g = geometry(2, 64, 32);
+  Filled f = make_filled(g, {1000, 77}, 21, /*k_sigma=*/25.0f);
+  const AttnParams p = params_for(g, 4, SplitKv::kAuto);
+  worst_over_runs(*f.cache, 0, p, {{&f.seqs[0], 1000}, {&f.seqs[1], 77}, {&f.seqs[0], 500}}, 4);
+}
+
+// K and V in every kind of stored format (read in place, staged bf16 / q8_0,
+// and the generic dequantize path); the reference reads the same values.
+using FormatCase = std::tuple<QType, QType, int>;  // K type, V type, head dim
+class Formats : public ::testing::TestWithParam<FormatCase> {};
+
+TEST_P(Formats, MatchesReference) {
+  const auto [kt, vt, dim] = GetParam();
+  const kv::KvGeometry g = geometry(2, dim, 32, kt, vt);
+  Filled f = make_filled(g, {1000, 45}, 17);
+  const AttnParams p = params_for(g, 3, SplitKv::kAuto);
+  std::vector<QueryInfo> queries = {{&f.seqs[0], 1000}, {&f.seqs[1], 45}};
+  for (int64_t pos = 30; pos < 45; ++pos) queries.push_back({&f.seqs[1], pos + 1});
+  worst_over_runs(*f.cache, 1, p, queries, 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, Formats,
+    ::testing::Values(
+        FormatCase{QType::F32, QType::F32, 64}, FormatCase{QType::F32, QType::F32, 8},
+        FormatCase{QType::BF16, QType::BF16, 64}, FormatCase{QType::BF16, QType::F16, 16},
+        FormatCase{QType::F16, QType::F32, 32}, FormatCase{QType::Q8_0, QType::Q8_0, 64},
+        FormatCase{QType::Q8_0, QType::Q8_0, 128}, FormatCase{QType::F16, QType::Q8_0, 64},
+        FormatCase{QType::Q8_0, QType::F16, 32}, FormatCase{QType::Q4_0, QType::Q4_0, 64},
+        FormatCase{QType::Q5_1, QType::Q4_1, 32}, FormatCase{QType::FP8_E4M3, QType::FP8_E4M3, 64},
+        FormatCase{QType::Q4_K, QType::Q6_K, 256}),
+    [](const auto& info) {
+      return std::string(qtype_name(std::get<0>(info.param))) + "_" +
+             std::string(qtype_name(std::get<1>(info.param))) + "_d" +
+             std::to_string(std::get<2>(info.param));
+    });
+
+// Different K and V widths (MLA-like geometries).
+TEST(Attention, DifferentKAndVWidths) {
+  kv::KvGeometry g = geometry(2, 64, 16);
+  g.head_dim_v = 32;
+  Filled f = make_filled(g, {200}, 2);
+  const AttnParams p = params_for(g, 2, SplitKv::kAuto);
+  worst_over_runs(*f.cache, 0, p, {{&f.seqs[0], 200}, {&f.seqs[0], 17}}, 6);
+}
+
+// Every SIMD target this CPU can run (AVX2, SSE4, scalar, ... beside the
+// best one the other tests get), on shapes that reach each code path.
+TEST(Attention, EveryCompiledTarget) {
+  const kv::KvGeometry g16 = geometry(2, 64, 16);
+  Filled f16 = make_filled(g16, {700, 45}, 31);
+  const kv::KvGeometry gq = geometry(2, 32, 32, QType::Q8_0, QType::BF16);
+  Filled fq = make_filled(gq, {300}, 32);
+  const kv::KvGeometry g8 = geometry(1, 8, 16, QType::F32, QType::F16);
+  Filled f8 = make_filled(g8, {100}, 33);
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    std::vector<QueryInfo> prefill;
+    for (int64_t pos = 20; pos < 45; ++pos) prefill.push_back({&f16.seqs[1], pos + 1});
+    prefill.push_back({&f16.seqs[0], 700});
+    worst_over_runs(*f16.cache, 1, params_for(g16, 3, SplitKv::kAuto), prefill, 1);
+    worst_over_runs(*fq.cache, 0, params_for(gq, 8, SplitKv::kAuto), {{&fq.seqs[0], 300}}, 2);
+    worst_over_runs(*f8.cache, 1, params_for(g8, 2, SplitKv::kAuto),
+                    {{&f8.seqs[0], 100}, {&f8.seqs[0], 7}}, 3);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+}  // namespace
+}  // namespace sustain::attention::test

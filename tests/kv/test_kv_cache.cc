@@ -1,0 +1,240 @@
+#include "kv/kv_cache.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tensor/qtype.h"
+
+namespace sustain::kv {
+namespace {
+
+KvGeometry small_geometry(QType kt = QType::F16, QType vt = QType::F16, int dim = 64) {
+  KvGeometry g;
+  g.n_layer = 3;
+  g.n_head_kv = 2;
+  g.head_dim_k = dim;
+  g.head_dim_v = dim;
+  g.k_type = kt;
+  g.v_type = vt;
+  g.page_tokens = 16;
+  return g;
+}
+
+TEST(KvCache, CreateSizesThePool) {
+  const KvGeometry g = small_geometry();
+  auto c = KvCache::create(g, 100);
+  ASSERT_TRUE(c) << c.status().message();
+  EXPECT_EQ(c->n_pages(), 7);  // ceil(100 / 16)
+  EXPECT_EQ(c->n_free_pages(), 7);
+  EXPECT_EQ(g.bytes_per_token(), 3u * 2 * (128 + 128));
+  EXPECT_EQ(c->bytes_allocated(), 7 * g.page_bytes());
+}
+
+TEST(KvCache, RejectsBadGeometry) {
+  KvGeometry g = small_geometry();
+  g.n_layer = 0;
+  EXPECT_EQ(KvCache::create(g, 10).status().code(), Code::kInvalidArgument);
+  g = small_geometry();
+  g.page_tokens = 0;
+  EXPECT_EQ(KvCache::create(g, 10).status().code(), Code::kInvalidArgument);
+  // Q4_K blocks are 256 elements: they do not divide a head of 64.
+  auto bad = KvCache::create(small_geometry(QType::Q4_K, QType::F16), 10);
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("Q4_K"), std::string::npos) << bad.status().message();
+  // No quantizer for IQ formats.
+  EXPECT_EQ(KvCache::create(small_geometry(QType::IQ2_XS, QType::F16, 256), 10).status().code(),
+            Code::kUnsupported);
+  EXPECT_EQ(KvCache::create(small_geometry(), 0).status().code(), Code::kInvalidArgument);
+}
+
+TEST(KvCache, TooLargeFailsWithBytesAndTokensThatFit) {
+  const KvGeometry g = small_geometry();
+  // 2^34 tokens * 1536 bytes: far beyond any machine's memory.
+  auto c = KvCache::create(g, int64_t(1) << 34);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.status().code(), Code::kOutOfMemory);
+  const std::string& msg = c.status().message();
+  EXPECT_NE(msg.find(std::to_string((uint64_t(1) << 34) * g.bytes_per_token())), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("at most"), std::string::npos) << msg;
+  // So large the byte count overflows.
+  KvGeometry big = g;
+  big.n_layer = 1 << 20;
+  big.head_dim_k = big.head_dim_v = 1 << 16;
+  auto o = KvCache::create(big, int64_t(1) << 40);
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.status().code(), Code::kOutOfMemory);
+  EXPECT_NE(o.status().message().find("overflow"), std::string::npos) << o.status().message();
+}
+
+TEST(KvCache, ReserveReleaseAndOutOfPages) {
+  auto c = KvCache::create(small_geometry(), 64);  // 4 pages of 16
+  ASSERT_TRUE(c);
+  PageTable a, b;
+  ASSERT_TRUE(c->reserve(a, 1));
+  EXPECT_EQ(a.pages.size(), 1u);
+  EXPECT_EQ(a.n_tokens, 1);
+  ASSERT_TRUE(c->reserve(a, 15));  // fills the first page exactly
+  EXPECT_EQ(a.pages.size(), 1u);
+  ASSERT_TRUE(c->reserve(a, 1));
+  EXPECT_EQ(a.pages.size(), 2u);
+  EXPECT_EQ(c->capacity(a), 32);
+  ASSERT_TRUE(c->reserve(b, 20));
+  EXPECT_EQ(c->n_free_pages(), 0);
+  for (int32_t p : a.pages) EXPECT_EQ(c->page_refcount(p), 1);
+
+  // Out of pages: a clean error and nothing changed.
+  const PageTable before = b;
+  const Status st = c->reserve(b, 13);
+  EXPECT_EQ(st.code(), Code::kOutOfMemory);
+  EXPECT_NE(st.message().find("out of pages"), std::string::npos) << st.message();
+  EXPECT_EQ(b.pages, before.pages);
+  EXPECT_EQ(b.n_tokens, before.n_tokens);
+  EXPECT_EQ(c->n_free_pages(), 0);
+  ASSERT_TRUE(c->reserve(b, 12));  // still fits the last page
+  EXPECT_EQ(b.n_tokens, 32);
+  EXPECT_EQ(c->reserve(b, -1).code(), Code::kInvalidArgument);
+
+  // Pages are distinct across sequences.
+  std::set<int32_t> all(a.pages.begin(), a.pages.end());
+  all.insert(b.pages.begin(), b.pages.end());
+  EXPECT_EQ(all.size(), 4u);
+
+  c->truncate(b, 10);  // rollback drops the second page
+  EXPECT_EQ(b.pages.size(), 1u);
+  EXPECT_EQ(b.n_tokens, 10);
+  EXPECT_EQ(c->n_free_pages(), 1);
+  c->release(a);
+  EXPECT_TRUE(a.pages.empty());
+  EXPECT_EQ(a.n_tokens, 0);
+  EXPECT_EQ(c->n_free_pages(), 3);
+  for (int32_t p = 0; p < c->n_pages(); ++p)
+    EXPECT_EQ(c->page_refcount(p), p == b.pages[0] ? 1 : 0);
+  ASSERT_TRUE(c->reserve(a, 48));
+  EXPECT_EQ(c->n_free_pages(), 0);
+}
+
+TEST(KvCache, RowsFollowThePageLayout) {
+  const KvGeometry g = small_geometry();
+  auto c = KvCache::create(g, 64);
+  ASSERT_TRUE(c);
+  PageTable t;
+  ASSERT_TRUE(c->reserve(t, 40));
+  for (int layer = 0; layer < g.n_layer; ++layer) {
+    for (int h = 0; h < g.n_head_kv; ++h) {
+      for (int64_t pos : {0, 1, 15, 16, 39}) {
+        const int32_t page = t.pages[pos / g.page_tokens];
+        const size_t slot = pos % g.page_tokens;
+        EXPECT_EQ(c->k_row(t, layer, h, pos), c->k_block(page, layer, h) + slot * g.k_row_bytes());
+        EXPECT_EQ(c->v_row(t, layer, h, pos), c->v_block(page, layer, h) + slot * g.v_row_bytes());
+      }
+    }
+  }
+}
+
+// Every (layer, head, token) row is stored apart from every other: fill all
+// with distinct values and read them all back.
+TEST(KvCache, StoreKeepsRowsApart) {
+  const KvGeometry g = small_geometry(QType::F32, QType::F32, 8);
+  auto c = KvCache::create(g, 50);
+  ASSERT_TRUE(c);
+  PageTable t1, t2;
+  ASSERT_TRUE(c->reserve(t1, 20));
+  ASSERT_TRUE(c->reserve(t2, 30));
+  const int w = g.n_head_kv * g.head_dim_k;
+  auto value = [&](int seq, int layer, int64_t pos, int i, bool is_v) {
+    return float(((seq * 7 + layer) * 1000 + pos) * 100 + i) * (is_v ? -1.0f : 1.0f);
+  };
+  std::vector<float> k(w), v(w);
+  for (int seq = 0; seq < 2; ++seq) {
+    const PageTable& t = seq ? t2 : t1;
+    for (int layer = 0; layer < g.n_layer; ++layer) {
+      for (int64_t pos = 0; pos < t.n_tokens; ++pos) {
+        for (int i = 0; i < w; ++i)
+          k[i] = value(seq, layer, pos, i, false), v[i] = value(seq, layer, pos, i, true);
+        c->store(t, layer, pos, k.data(), v.data());
+      }
+    }
+  }
+  for (int seq = 0; seq < 2; ++seq) {
+    const PageTable& t = seq ? t2 : t1;
+    for (int layer = 0; layer < g.n_layer; ++layer) {
+      for (int64_t pos = 0; pos < t.n_tokens; ++pos) {
+        for (int h = 0; h < g.n_head_kv; ++h) {
+          const auto* kr = reinterpret_cast<const float*>(c->k_row(t, layer, h, pos));
+          const auto* vr = reinterpret_cast<const float*>(c->v_row(t, layer, h, pos));
+          for (int d = 0; d < g.head_dim_k; ++d) {
+            ASSERT_EQ(kr[d], value(seq, layer, pos, h * g.head_dim_k + d, false));
+            ASSERT_EQ(vr[d], value(seq, layer, pos, h * g.head_dim_k + d, true));
+          }
+        }
+      }
+    }
+  }
+}
+
+// store() writes exactly the bytes the tensor/ quantizer produces, for every
+// format a KV cache can hold, and reads back within the format's precision.
+class KvStoreFormat : public ::testing::TestWithParam<QType> {};
+
+TEST_P(KvStoreFormat, RoundTrip) {
+  const QType type = GetParam();
+  const int dim = qtype_traits(type).block_elems == 256 ? 256 : 64;
+  KvGeometry g = small_geometry(type, type, dim);
+  g.head_dim_v = dim * 2;  // K and V may differ in width
+  auto c = KvCache::create(g, 40);
+  ASSERT_TRUE(c) << c.status().message();
+  PageTable t;
+  ASSERT_TRUE(c->reserve(t, 40));
+  std::mt19937 rng(static_cast<uint32_t>(type));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const QTypeTraits& tr = qtype_traits(type);
+  std::vector<float> k(g.n_head_kv * g.head_dim_k), v(g.n_head_kv * g.head_dim_v);
+  std::vector<uint8_t> expect(g.v_row_bytes());
+  std::vector<float> back(g.head_dim_v);
+  for (int64_t pos : {0, 17, 39}) {
+    for (float& x : k) x = nd(rng);
+    for (float& x : v) x = nd(rng);
+    c->store(t, 1, pos, k.data(), v.data());
+    for (int h = 0; h < g.n_head_kv; ++h) {
+      tr.quantize(k.data() + h * g.head_dim_k, expect.data(), g.head_dim_k);
+      EXPECT_EQ(std::memcmp(expect.data(), c->k_row(t, 1, h, pos), g.k_row_bytes()), 0);
+      tr.quantize(v.data() + h * g.head_dim_v, expect.data(), g.head_dim_v);
+      EXPECT_EQ(std::memcmp(expect.data(), c->v_row(t, 1, h, pos), g.v_row_bytes()), 0);
+      // Read-back error within what the format can carry.
+      tr.dequantize(c->v_row(t, 1, h, pos), back.data(), g.head_dim_v);
+      double err = 0, norm = 0;
+      for (int i = 0; i < g.head_dim_v; ++i) {
+        const double d = back[i] - v[h * g.head_dim_v + i];
+        err += d * d;
+        norm += double(v[h * g.head_dim_v + i]) * v[h * g.head_dim_v + i];
+      }
+      const double rel = std::sqrt(err / norm);
+      const double tol = type == QType::F32     ? 0.0
+                         : (type == QType::F16) ? 1e-3
+                         : (type == QType::BF16 || type == QType::Q8_0 || type == QType::Q8_1 ||
+                            type == QType::Q8_K)
+                             ? 1e-2
+                             : 0.6;
+      EXPECT_LE(rel, tol) << qtype_name(type);
+    }
+  }
+}
+
+std::vector<QType> kv_formats() {
+  std::vector<QType> out;
+  for (const QTypeTraits& tr : all_qtypes())
+    if (tr.quantize && tr.dequantize) out.push_back(tr.type);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWritable, KvStoreFormat, ::testing::ValuesIn(kv_formats()),
+                         [](const auto& info) { return std::string(qtype_name(info.param)); });
+
+}  // namespace
+}  // namespace sustain::kv
