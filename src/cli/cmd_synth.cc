@@ -18,6 +18,7 @@ struct SynthArgs {
   std::string type = "Q4_K_M";
   std::string out;
   uint64_t seed = 42;
+  std::string tokenizer;
   int threads = 0;
   bool list = false;
   bool all = false;
@@ -51,6 +52,7 @@ int run_synth(const SynthArgs& a) {
   tools::SynthOptions opt;
   opt.type = *ft;
   opt.seed = a.seed;
+  opt.tokenizer_json = a.tokenizer;
   opt.progress = [&](size_t i, size_t n, uint64_t done, uint64_t total) {
     prog.update(total ? static_cast<double>(done) / total : 1.0,
                 fmt::format("tensor {}/{}", i, n));
@@ -74,6 +76,9 @@ Runner add_synth(CLI::App& app) {
   sub->add_option("-o,--output", a->out, "output file (default: <preset>-<type>.gguf)");
   sub->add_option("--seed", a->seed, "random seed; the same seed gives the same file")
       ->capture_default_str();
+  sub->add_option("--tokenizer", a->tokenizer,
+                  "use a Hugging Face tokenizer.json (byte-level BPE) instead of the synthetic "
+                  "vocabulary");
   sub->add_option("-t,--threads", a->threads, "worker threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
   sub->add_flag("--list", a->list, "list the presets with their parameter counts");

@@ -14,6 +14,9 @@ using Runner = std::function<int()>;
 Runner add_info(CLI::App& app);
 Runner add_synth(CLI::App& app);
 Runner add_quantize(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+Runner add_logits(CLI::App& app);
+Runner add_run(CLI::App& app);
 
 // Prints "sustain: error: <msg>" to stderr; returns the exit code for errors.
 int fail(const std::string& msg);

@@ -2,6 +2,8 @@
 // subcommand (cmd_*.cc). Errors from parsing name the flag and the problem.
 #include <cstdio>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "base/thread_pool.h"
 #include "cli/commands.h"
@@ -15,6 +17,30 @@ int fail(const std::string& msg) {
 
 int default_threads() { return ThreadPool::hardware_threads(); }
 
+// llama.cpp spells some long options with one dash (-ctk, -ub, ...), which
+// CLI11 cannot declare; they are rewritten to their long forms before parsing
+// so people's habits carry over.
+std::vector<std::string> expand_llama_cpp_aliases(int argc, char** argv) {
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch-size"},
+      {"-np", "--parallel"},      {"-fa", "--flash-attn"},    {"-ngl", "--n-gpu-layers"},
+  };
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    for (const auto& [from, to] : kAliases) {
+      const std::string f(from);
+      if (a == f) {
+        a = to;
+      } else if (a.rfind(f + "=", 0) == 0) {
+        a = std::string(to) + a.substr(f.size());
+      }
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 }  // namespace sustain::cli
 
 int main(int argc, char** argv) {
@@ -27,11 +53,17 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::map<CLI::App*, Runner> runners;
   auto reg = [&](Runner r) { runners[app.get_subcommands({}).back()] = std::move(r); };
+  reg(add_run(app));
+  reg(add_logits(app));
+  reg(add_tokenize(app));
   reg(add_info(app));
   reg(add_synth(app));
   reg(add_quantize(app));
+  std::vector<std::string> args = expand_llama_cpp_aliases(argc, argv);
+  std::vector<char*> argv2;
+  for (auto& a : args) argv2.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(argv2.size()), argv2.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -7,6 +7,7 @@
 
 #include "gguf/gguf.h"
 #include "model/weights.h"
+#include "tools/tokenizer_json.h"
 
 namespace sustain::tools {
 namespace {
@@ -102,7 +103,17 @@ Expected<SynthResult> synth_model(const Preset& preset, const std::string& out_p
                         preset.hf_name));
   w.set_u32("general.file_type", ft.gguf_file_type);
   w.set_u32("general.quantization_version", 2);
-  SUSTAIN_TRY(write_synth_vocab(w, preset.vocab));
+  if (opt.tokenizer_json.empty()) {
+    SUSTAIN_TRY(write_synth_vocab(w, preset.vocab));
+  } else {
+    TokenizerJsonOptions to;
+    to.n_vocab = cfg.n_vocab;
+    SUSTAIN_ASSIGN_OR_RETURN(TokenizerJsonInfo ti, import_tokenizer_json(opt.tokenizer_json, w, to));
+    if (ti.n_vocab != cfg.n_vocab)
+      return error(Code::kInvalidArgument,
+                   "{}: the tokenizer has {} tokens but preset {} has a {}-token embedding",
+                   opt.tokenizer_json, ti.n_vocab, preset.name, cfg.n_vocab);
+  }
 
   std::vector<float> rope_factors;
   if (preset.llama3_rope) rope_factors = llama3_rope_factors(preset);

@@ -17,6 +17,9 @@ namespace sustain::tools {
 struct SynthOptions {
   FileType type = FileType::kQ4_K_M;
   uint64_t seed = 42;
+  // A Hugging Face tokenizer.json to use instead of the synthetic vocabulary
+  // (padded to the preset's vocabulary size; more tokens than that is an error).
+  std::string tokenizer_json;
   // Called after each tensor: (tensors done, total, bytes done, total bytes).
   std::function<void(size_t, size_t, uint64_t, uint64_t)> progress;
 };

@@ -1,0 +1,67 @@
+// `sustain logits -m M -p PROMPT -o OUT.f32`: the logits of every prompt
+// position (n_tokens × n_vocab float32, little-endian) plus OUT.json with the
+// token ids, for comparisons with other engines.
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/model_session.h"
+
+namespace sustain::cli {
+namespace {
+
+struct LogitsArgs {
+  ModelArgs m;
+  std::string out;
+};
+
+int run_logits(const LogitsArgs& a) {
+  auto s = open_session(a.m, true);
+  if (!s) return fail(s.status().message());
+  Session& sess = **s;
+  auto ids = tokenize_prompt(sess, a.m, 0);
+  if (!ids) return fail(ids.status().message());
+  kv::PageTable table;
+  std::vector<float> logits;
+  Status st = feed(sess, table, *ids, a.m.batch, &logits, nullptr);
+  if (!st) return fail(st.message());
+  {
+    std::ofstream f(a.out, std::ios::binary);
+    if (!f) return fail(fmt::format("cannot write '{}'", a.out));
+    f.write(reinterpret_cast<const char*>(logits.data()),
+            static_cast<std::streamsize>(logits.size() * sizeof(float)));
+    if (!f) return fail(fmt::format("writing '{}' failed", a.out));
+  }
+  nlohmann::ordered_json j;
+  j["model"] = a.m.model;
+  j["n_tokens"] = ids->size();
+  j["n_vocab"] = sess.model->config().n_vocab;
+  j["token_ids"] = *ids;
+  j["logits_file"] = a.out;
+  j["layout"] = "float32 little-endian [n_tokens][n_vocab]; row i = logits after token i";
+  j["cache_type_k"] = a.m.cache_type_k;
+  j["cache_type_v"] = a.m.cache_type_v;
+  const std::string side = a.out + ".json";
+  std::ofstream js(side);
+  js << j.dump(1) << "\n";
+  if (!js) return fail(fmt::format("cannot write '{}'", side));
+  std::fprintf(stderr, "wrote %zu x %u logits to %s (+ %s)\n", ids->size(),
+               sess.model->config().n_vocab, a.out.c_str(), side.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_logits(CLI::App& app) {
+  auto a = std::make_shared<LogitsArgs>();
+  auto* sub = app.add_subcommand("logits", "Write the logits of every prompt position (float32)");
+  add_model_flags(sub, a->m, true, true);
+  sub->add_option("-o,--output", a->out, "output .f32 file (a .json sidecar is written beside it)")
+      ->required();
+  return [a] { return run_logits(*a); };
+}
+
+}  // namespace sustain::cli

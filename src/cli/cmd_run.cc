@@ -1,0 +1,104 @@
+// `sustain run -m M -p PROMPT`: generate text, streamed to stdout; prompt and
+// generation speed on stderr.
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/model_session.h"
+#include "sampling/sampler.h"
+
+namespace sustain::cli {
+namespace {
+
+struct RunArgs {
+  ModelArgs m;
+  int64_t n_predict = 128;
+  sampling::SamplerConfig sc;
+  bool ignore_eos = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+int run_run(RunArgs a) {
+  Status valid = sampling::validate(a.sc);
+  if (!valid) return fail(valid.message());
+  auto s = open_session(a.m, true);
+  if (!s) return fail(s.status().message());
+  Session& sess = **s;
+  // The prompt must leave room for at least one generated token.
+  auto ids = tokenize_prompt(sess, a.m, 1);
+  if (!ids) return fail(ids.status().message());
+  const int64_t room = sess.ctx - static_cast<int64_t>(ids->size());
+  int64_t n_gen = a.n_predict < 0 ? room : std::min(a.n_predict, room);
+  if (a.n_predict > room)
+    std::fprintf(stderr, "sustain: note: generating %lld tokens, the room left in -c %lld\n",
+                 static_cast<long long>(n_gen), static_cast<long long>(sess.ctx));
+
+  sampling::Sampler sampler(a.sc);
+  for (int32_t t : *ids) sampler.accept(t);
+  kv::PageTable table;
+  std::vector<float> logits;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = feed(sess, table, *ids, a.m.batch, nullptr, &logits);
+  if (!st) return fail(st.message());
+  const double t_prompt = seconds_since(t0);
+
+  tokenizer::StreamDecoder dec(*sess.tok);
+  const int32_t n_vocab = static_cast<int32_t>(sess.model->config().n_vocab);
+  const auto t1 = std::chrono::steady_clock::now();
+  int64_t generated = 0;
+  for (; generated < n_gen; ++generated) {
+    const int32_t tok = sampler.sample(logits.data(), n_vocab);
+    if (!a.ignore_eos && sess.tok->is_eog(tok)) break;
+    const std::string text = dec.push(tok);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    if (generated + 1 == n_gen) {
+      ++generated;
+      break;
+    }
+    st = feed(sess, table, {tok}, 1, nullptr, &logits);
+    if (!st) return fail(st.message());
+  }
+  const std::string rest = dec.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  const double t_gen = seconds_since(t1);
+  std::fprintf(stderr,
+               "prompt: %zu tokens in %.3f s (%.2f tok/s) | generation: %lld tokens in %.3f s "
+               "(%.2f tok/s) | threads %d, ctx %lld\n",
+               ids->size(), t_prompt, ids->size() / std::max(t_prompt, 1e-9),
+               static_cast<long long>(generated), t_gen, generated / std::max(t_gen, 1e-9),
+               sess.pool->size(), static_cast<long long>(sess.ctx));
+  return 0;
+}
+
+}  // namespace
+
+Runner add_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  auto* sub = app.add_subcommand("run", "Generate text from a prompt, streamed to stdout");
+  add_model_flags(sub, a->m, true, true);
+  sub->add_option("-n,--n-predict", a->n_predict, "tokens to generate (-1: until the context is full)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 24));
+  sub->add_option("--temp", a->sc.temperature, "temperature (0 = greedy)")->capture_default_str();
+  sub->add_option("--top-k", a->sc.top_k, "top-k (0 = off)")->capture_default_str();
+  sub->add_option("--top-p", a->sc.top_p, "top-p (1 = off)")->capture_default_str();
+  sub->add_option("--min-p", a->sc.min_p, "min-p (0 = off)")->capture_default_str();
+  sub->add_option("--repeat-penalty", a->sc.repeat_penalty, "repetition penalty (1 = off)")
+      ->capture_default_str();
+  sub->add_option("--presence-penalty", a->sc.presence_penalty, "presence penalty")
+      ->capture_default_str();
+  sub->add_option("--frequency-penalty", a->sc.frequency_penalty, "frequency penalty")
+      ->capture_default_str();
+  sub->add_option("-s,--seed", a->sc.seed, "sampling seed")->capture_default_str();
+  sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
+  return [a] { return run_run(*a); };
+}
+
+}  // namespace sustain::cli

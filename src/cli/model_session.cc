@@ -1,0 +1,119 @@
+#include "cli/model_session.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+
+namespace sustain::cli {
+
+void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_cache) {
+  sub->add_option("-m,--model", a.model, "GGUF model file")->required();
+  if (with_prompt) {
+    sub->add_option("-p,--prompt", a.prompt, "prompt text");
+    sub->add_option("-f,--file", a.prompt_file, "read the prompt from a file");
+    sub->add_flag("--no-bos", a.no_bos, "add no BOS/EOS tokens");
+    sub->add_flag("--special", a.special,
+                  "parse special-token text (e.g. <|im_start|>) in the prompt as control tokens");
+  }
+  if (with_cache) {
+    sub->add_option("-c,--ctx-size", a.ctx, "context size in tokens (KV cache capacity)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+    sub->add_option("-t,--threads", a.threads, "worker threads (default: all cores)")
+        ->check(CLI::Range(1, 1024));
+    sub->add_option("-b,--batch-size", a.batch, "prompt tokens per forward call")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+    sub->add_option("--cache-type-k", a.cache_type_k, "K cache format (alias -ctk): f16, bf16, f32")
+        ->capture_default_str();
+    sub->add_option("--cache-type-v", a.cache_type_v, "V cache format (alias -ctv): f16, bf16, f32")
+        ->capture_default_str();
+  }
+}
+
+namespace {
+
+Expected<QType> kv_type(const std::string& name, const char* flag) {
+  auto t = qtype_from_name(name);
+  if (!t || (*t != QType::F16 && *t != QType::BF16 && *t != QType::F32))
+    return error(Code::kInvalidArgument, "{} '{}' is not supported (supported: f16, bf16, f32)",
+                 flag, name);
+  return *t;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_cache) {
+  auto s = std::make_unique<Session>();
+  SUSTAIN_ASSIGN_OR_RETURN(s->model, Model::load(a.model));
+  SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(s->model->file()));
+  s->tok.emplace(std::move(tok));
+  if (!with_cache) return s;
+  SUSTAIN_ASSIGN_OR_RETURN(QType kt, kv_type(a.cache_type_k, "--cache-type-k"));
+  SUSTAIN_ASSIGN_OR_RETURN(QType vt, kv_type(a.cache_type_v, "--cache-type-v"));
+  s->ctx = a.ctx;
+  SUSTAIN_ASSIGN_OR_RETURN(auto cache, kv::KvCache::create(s->model->kv_geometry(kt, vt), a.ctx));
+  s->cache.emplace(std::move(cache));
+  s->pool = std::make_unique<ThreadPool>(a.threads > 0 ? a.threads : default_threads());
+  s->ws = s->model->make_workspace(std::min(a.batch, a.ctx), s->pool->size());
+  return s;
+}
+
+Expected<std::string> prompt_text(const ModelArgs& a) {
+  if (!a.prompt.empty() && !a.prompt_file.empty())
+    return error(Code::kInvalidArgument, "give the prompt with -p or -f, not both");
+  if (!a.prompt_file.empty()) {
+    std::ifstream f(a.prompt_file, std::ios::binary);
+    if (!f) return error(Code::kIo, "cannot read prompt file '{}'", a.prompt_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  return a.prompt;
+}
+
+Expected<std::vector<int32_t>> tokenize_prompt(const Session& s, const ModelArgs& a,
+                                               int64_t reserve_after) {
+  SUSTAIN_ASSIGN_OR_RETURN(std::string text, prompt_text(a));
+  SUSTAIN_ASSIGN_OR_RETURN(auto ids, s.tok->encode(text, !a.no_bos, a.special));
+  if (ids.empty())
+    return error(Code::kInvalidArgument, "the prompt is empty (give text with -p or -f)");
+  if (static_cast<int64_t>(ids.size()) + reserve_after > s.ctx)
+    return error(Code::kInvalidArgument,
+                 "the prompt is {} tokens{}, more than the context of {} tokens (raise -c)",
+                 ids.size(), reserve_after ? fmt::format(" plus {} to generate", reserve_after) : "",
+                 s.ctx);
+  return ids;
+}
+
+Status feed(Session& s, kv::PageTable& table, const std::vector<int32_t>& tokens, int64_t batch,
+            std::vector<float>* all_logits, std::vector<float>* last_logits) {
+  const int64_t n_vocab = s.model->config().n_vocab;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (all_logits) all_logits->assign(static_cast<size_t>(n * n_vocab), 0.0f);
+  for (int64_t b0 = 0; b0 < n; b0 += batch) {
+    const int64_t b1 = std::min(n, b0 + batch);
+    const int64_t start = table.n_tokens;
+    SUSTAIN_TRY(s.cache->reserve(table, b1 - b0));
+    Batch b;
+    b.seqs.push_back(&table);
+    for (int64_t i = b0; i < b1; ++i) {
+      const bool want = all_logits != nullptr || i == n - 1;
+      b.tokens.push_back({tokens[static_cast<size_t>(i)], 0, start + (i - b0), want});
+    }
+    float* out = nullptr;
+    if (all_logits) {
+      out = all_logits->data() + b0 * n_vocab;
+    } else if (b1 == n) {
+      last_logits->assign(static_cast<size_t>(n_vocab), 0.0f);
+      out = last_logits->data();
+    }
+    SUSTAIN_TRY(s.model->forward(b, *s.cache, s.ws, *s.pool, out));
+  }
+  return Status::ok();
+}
+
+}  // namespace sustain::cli

@@ -1,0 +1,62 @@
+// What the model-running commands (run, logits, tokenize) share: the common
+// flags (llama.cpp's names where they mean the same thing) and one loaded
+// model with its tokenizer, KV cache, workspace and thread pool.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "base/thread_pool.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sustain::cli {
+
+struct ModelArgs {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  int64_t ctx = 4096;
+  int threads = 0;
+  int64_t batch = 512;  // tokens per forward call while reading the prompt
+  std::string cache_type_k = "f16", cache_type_v = "f16";
+  bool no_bos = false;
+  bool special = false;
+};
+
+// -m, -c, -t, -b; with_prompt adds -p / -f / --no-bos / --special.
+void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_cache);
+
+struct Session {
+  std::unique_ptr<Model> model;
+  std::optional<tokenizer::Tokenizer> tok;
+  std::optional<kv::KvCache> cache;
+  std::unique_ptr<ThreadPool> pool;
+  Workspace ws;
+  int64_t ctx = 0;
+};
+
+// Loads the model and tokenizer; with `with_cache`, also the KV cache of
+// args.ctx tokens, the thread pool and the workspace.
+Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_cache);
+
+// The prompt text from -p or -f (exactly one), validated as UTF-8 by the tokenizer.
+Expected<std::string> prompt_text(const ModelArgs& a);
+
+// Tokenizes the prompt (BOS unless --no-bos; special-token text parsed only
+// with --special) and checks it is non-empty and fits the context.
+Expected<std::vector<int32_t>> tokenize_prompt(const Session& s, const ModelArgs& a,
+                                               int64_t reserve_after);
+
+// Runs `tokens` through the model at positions [table.n_tokens, ...),
+// `batch` tokens per forward call. Logits of every token go to `all_logits`
+// (if given), else only the last token's go to `last_logits`.
+Status feed(Session& s, kv::PageTable& table, const std::vector<int32_t>& tokens, int64_t batch,
+            std::vector<float>* all_logits, std::vector<float>* last_logits);
+
+}  // namespace sustain::cli

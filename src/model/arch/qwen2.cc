@@ -1,0 +1,18 @@
+// Qwen 2 / 2.5: the llama block with biases on Q, K and V, and NeoX RoPE.
+#include "model/transformer.h"
+
+namespace sustain {
+
+Status forward_qwen2(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
+                     ThreadPool& pool, float* logits) {
+  embed(m, s, ws);
+  const AttnOptions o{.qkv_bias = true, .qk_norm = false, .neox = true};
+  for (int il = 0; il < static_cast<int>(m.config().n_layer); ++il) {
+    attention_block(m, il, s, o, cache, ws, pool);
+    ffn_block(m, il, s, ws, pool);
+  }
+  output_head(m, s, ws, pool, logits);
+  return Status::ok();
+}
+
+}  // namespace sustain

@@ -1,0 +1,162 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/transformer.h"
+#include "model/weights.h"
+
+namespace sustain {
+namespace {
+
+kernels::WeightView view_of(const gguf::TensorInfo& t) {
+  kernels::WeightView v;
+  v.type = t.type;
+  v.n_out = t.shape.size() == 2 ? t.shape[0] : 1;
+  v.n_in = t.shape.back();
+  v.data = t.data;
+  v.row_bytes = qtype_row_bytes(t.type, static_cast<uint64_t>(v.n_in));
+  return v;
+}
+
+// 1-D tensors (norm gains, biases, rope factors) are small: keep them as f32.
+Expected<std::vector<float>> to_f32(const gguf::File& f, const gguf::TensorInfo& t) {
+  const auto& tr = qtype_traits(t.type);
+  if (!tr.dequantize)
+    return error(Code::kUnsupported, "{}: tensor `{}` is {}, which sustain cannot read", f.path(),
+                 t.name, qtype_name(t.type));
+  std::vector<float> out(t.n_elements);
+  tr.dequantize(t.data, out.data(), static_cast<int64_t>(t.n_elements));
+  for (float x : out)
+    if (!std::isfinite(x))
+      return error(Code::kBadFile, "{}: tensor `{}` holds a non-finite value", f.path(), t.name);
+  return out;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+  std::unique_ptr<Model> m(new Model());
+  SUSTAIN_ASSIGN_OR_RETURN(m->file_, gguf::File::open(path));
+  const gguf::File& f = m->file_;
+  SUSTAIN_ASSIGN_OR_RETURN(m->cfg_, arch_config_from_gguf(f));
+  SUSTAIN_TRY(validate_weights(m->cfg_, f));
+  const ArchConfig& c = m->cfg_;
+  ModelWeights& w = m->w_;
+  w.layers.resize(c.n_layer);
+
+  // Walk the one weight table; each entry lands in its slot by role.
+  for (const WeightSpec& spec : weight_table(c, f.find_tensor("rope_freqs.weight") != nullptr)) {
+    const gguf::TensorInfo* t = f.find_tensor(spec.name);
+    if (!t) continue;  // optional and absent (validate_weights checked the required ones)
+    if (spec.is_matrix() && !kernels::matmul_supported(t->type))
+      return error(Code::kUnsupported, "{}: tensor `{}` is {}, which sustain cannot multiply yet",
+                   path, t->name, qtype_name(t->type));
+    auto vec = [&](std::vector<float>& dst) -> Status {
+      SUSTAIN_ASSIGN_OR_RETURN(dst, to_f32(f, *t));
+      return Status::ok();
+    };
+    LayerWeights* L = spec.layer >= 0 ? &w.layers[static_cast<size_t>(spec.layer)] : nullptr;
+    switch (spec.role) {
+      case TensorRole::kTokenEmbd: w.token_embd = view_of(*t); break;
+      case TensorRole::kOutput: w.output = view_of(*t); break;
+      case TensorRole::kOutputNorm: SUSTAIN_TRY(vec(w.output_norm)); break;
+      case TensorRole::kRopeFreqs: SUSTAIN_TRY(vec(w.rope_freqs)); break;
+      case TensorRole::kAttnNorm: SUSTAIN_TRY(vec(L->attn_norm)); break;
+      case TensorRole::kAttnQ: L->wq = view_of(*t); break;
+      case TensorRole::kAttnK: L->wk = view_of(*t); break;
+      case TensorRole::kAttnV: L->wv = view_of(*t); break;
+      case TensorRole::kAttnQBias: SUSTAIN_TRY(vec(L->bq)); break;
+      case TensorRole::kAttnKBias: SUSTAIN_TRY(vec(L->bk)); break;
+      case TensorRole::kAttnVBias: SUSTAIN_TRY(vec(L->bv)); break;
+      case TensorRole::kAttnQNorm: SUSTAIN_TRY(vec(L->q_norm)); break;
+      case TensorRole::kAttnKNorm: SUSTAIN_TRY(vec(L->k_norm)); break;
+      case TensorRole::kAttnOutput: L->wo = view_of(*t); break;
+      case TensorRole::kFfnNorm: SUSTAIN_TRY(vec(L->ffn_norm)); break;
+      case TensorRole::kFfnGate: L->w_gate = view_of(*t); break;
+      case TensorRole::kFfnUp: L->w_up = view_of(*t); break;
+      case TensorRole::kFfnDown: L->w_down = view_of(*t); break;
+    }
+  }
+  if (c.tied_output) w.output = w.token_embd;
+  if (!kernels::matmul_supported(w.output.type))
+    return error(Code::kUnsupported, "{}: output matrix is {}, which sustain cannot multiply yet",
+                 path, qtype_name(w.output.type));
+  if (c.rope_scaling == RopeScaling::kYarn)
+    return error(Code::kUnsupported, "{}: YaRN RoPE scaling is not supported yet", path);
+  return m;
+}
+
+kv::KvGeometry Model::kv_geometry(QType k_type, QType v_type, int page_tokens) const {
+  kv::KvGeometry g;
+  g.n_layer = static_cast<int>(cfg_.n_layer);
+  g.n_head_kv = static_cast<int>(cfg_.n_head_kv);
+  g.head_dim_k = static_cast<int>(cfg_.head_dim_k);
+  g.head_dim_v = static_cast<int>(cfg_.head_dim_v);
+  g.k_type = k_type;
+  g.v_type = v_type;
+  g.page_tokens = page_tokens;
+  return g;
+}
+
+Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
+  const ArchConfig& c = cfg_;
+  Workspace ws;
+  ws.max_tokens = std::max<int64_t>(1, max_tokens);
+  const auto n = static_cast<size_t>(ws.max_tokens);
+  ws.x.resize(n * c.n_embd);
+  ws.cur.resize(n * c.n_embd);
+  ws.q.resize(n * c.q_dim());
+  ws.k.resize(n * c.k_dim());
+  ws.v.resize(n * c.v_dim());
+  ws.attn_out.resize(n * c.n_head * c.head_dim_v);
+  ws.gate.resize(n * c.n_ff);
+  ws.up.resize(n * c.n_ff);
+  ws.hidden.resize(n * c.n_ff);
+  ws.logits_in.resize(n * c.n_embd);
+  // Matmul scratch: the largest activation row set of any matrix in the model.
+  size_t ms = 0;
+  auto need = [&](const kernels::WeightView& v) {
+    if (v.data) ms = std::max(ms, kernels::matmul_scratch_bytes(v.type, v.n_in, ws.max_tokens));
+  };
+  need(w_.output);
+  for (const auto& L : w_.layers) {
+    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) need(*v);
+  }
+  ws.matmul_scratch.resize(std::max<size_t>(ms, 64));
+  attention::AttnParams ap = attn_params(c);
+  ws.attn_scratch.resize(
+      std::max<size_t>(attention::attention_scratch_bytes(ap, ws.max_tokens, n_threads), 64));
+  ws.queries.reserve(n);
+  return ws;
+}
+
+Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, ThreadPool& pool,
+                      float* logits) const {
+  for (const auto& t : batch.tokens) {
+    if (t.id < 0 || static_cast<uint32_t>(t.id) >= cfg_.n_vocab)
+      return error(Code::kInvalidArgument, "token id {} is outside the vocabulary (0..{})", t.id,
+                   cfg_.n_vocab - 1);
+    if (t.seq < 0 || static_cast<size_t>(t.seq) >= batch.seqs.size() || !batch.seqs[t.seq])
+      return error(Code::kInvalidArgument, "batch token refers to sequence {} of {}", t.seq,
+                   batch.seqs.size());
+    if (t.pos < 0 || t.pos >= batch.seqs[t.seq]->n_tokens)
+      return error(Code::kInvalidArgument,
+                   "token at position {} has no KV slot (sequence has room for {})", t.pos,
+                   batch.seqs[t.seq]->n_tokens);
+  }
+  // Process in workspace-sized chunks; a token's K/V is in the cache before
+  // any later chunk attends to it.
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  int64_t logit_row = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += ws.max_tokens) {
+    const int64_t b1 = std::min(n, b0 + ws.max_tokens);
+    TokenSpan span{batch, b0, b1};
+    float* out = logits ? logits + logit_row * static_cast<int64_t>(cfg_.n_vocab) : nullptr;
+    SUSTAIN_TRY(forward_llama_family(*this, span, cache, ws, pool, out));
+    for (int64_t i = b0; i < b1; ++i) logit_row += batch.tokens[static_cast<size_t>(i)].logits;
+  }
+  return Status::ok();
+}
+
+}  // namespace sustain

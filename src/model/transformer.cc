@@ -1,0 +1,114 @@
+#include "model/transformer.h"
+
+#include <cmath>
+
+namespace sustain {
+
+attention::AttnParams attn_params(const ArchConfig& c) {
+  attention::AttnParams p;
+  p.n_head = static_cast<int>(c.n_head);
+  p.n_head_kv = static_cast<int>(c.n_head_kv);
+  p.head_dim_k = static_cast<int>(c.head_dim_k);
+  p.head_dim_v = static_cast<int>(c.head_dim_v);
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
+  return p;
+}
+
+kernels::RopeParams rope_params(const ArchConfig& c, const ModelWeights& w, bool neox) {
+  kernels::RopeParams r;
+  r.head_dim = static_cast<int>(c.head_dim_k);
+  r.rope_dim = static_cast<int>(c.rope_dim);
+  r.freq_base = c.rope_freq_base;
+  r.freq_scale = c.rope_scaling == RopeScaling::kLinear ? 1.0f / c.rope_scale_factor : 1.0f;
+  r.freq_factors = w.rope_freqs.empty() ? nullptr : w.rope_freqs.data();
+  r.neox = neox;
+  r.n_ctx_orig = static_cast<int>(c.rope_orig_ctx);
+  return r;
+}
+
+void embed(const Model& m, TokenSpan s, Workspace& ws) {
+  const int64_t d = m.config().n_embd;
+  for (int64_t i = 0; i < s.size(); ++i)
+    kernels::get_row(m.weights().token_embd, s[i].id, ws.x.data() + i * d);
+}
+
+namespace {
+
+void norm_rows(const float* x, const std::vector<float>& w, float* y, int64_t rows, int64_t n,
+               float eps) {
+  for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(x + r * n, w.data(), y + r * n, n, eps);
+}
+
+void matmul(const kernels::WeightView& w, const float* x, int64_t rows, float* y, Workspace& ws,
+            ThreadPool& pool) {
+  kernels::matmul(w, x, w.n_in, rows, y, w.n_out, pool, ws.matmul_scratch.data());
+}
+
+}  // namespace
+
+void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& o,
+                     kv::KvCache& cache, Workspace& ws, ThreadPool& pool) {
+  const ArchConfig& c = m.config();
+  const LayerWeights& L = m.weights().layers[static_cast<size_t>(layer)];
+  const int64_t T = s.size(), d = c.n_embd;
+  const int64_t qd = c.q_dim(), kd = c.k_dim(), vd = c.v_dim();
+
+  norm_rows(ws.x.data(), L.attn_norm, ws.cur.data(), T, d, c.rms_eps);
+  matmul(L.wq, ws.cur.data(), T, ws.q.data(), ws, pool);
+  matmul(L.wk, ws.cur.data(), T, ws.k.data(), ws, pool);
+  matmul(L.wv, ws.cur.data(), T, ws.v.data(), ws, pool);
+  if (o.qkv_bias) {
+    kernels::add_bias(ws.q.data(), L.bq.data(), T, qd);
+    kernels::add_bias(ws.k.data(), L.bk.data(), T, kd);
+    kernels::add_bias(ws.v.data(), L.bv.data(), T, vd);
+  }
+  if (o.qk_norm) {
+    // Per head: the gain has head_dim entries shared by every head.
+    norm_rows(ws.q.data(), L.q_norm, ws.q.data(), T * c.n_head, c.head_dim_k, c.rms_eps);
+    norm_rows(ws.k.data(), L.k_norm, ws.k.data(), T * c.n_head_kv, c.head_dim_k, c.rms_eps);
+  }
+  const kernels::RopeParams rp = rope_params(c, m.weights(), o.neox);
+  for (int64_t i = 0; i < T; ++i) {
+    kernels::rope(ws.q.data() + i * qd, static_cast<int>(c.n_head), s[i].pos, rp);
+    kernels::rope(ws.k.data() + i * kd, static_cast<int>(c.n_head_kv), s[i].pos, rp);
+    const kv::PageTable& pt = *s.batch.seqs[static_cast<size_t>(s[i].seq)];
+    cache.store(pt, layer, s[i].pos, ws.k.data() + i * kd, ws.v.data() + i * vd);
+  }
+  ws.queries.clear();
+  for (int64_t i = 0; i < T; ++i)
+    ws.queries.push_back({s.batch.seqs[static_cast<size_t>(s[i].seq)], s[i].pos + 1});
+  attention::attend(cache, layer, attn_params(c), ws.queries, ws.q.data(), ws.attn_out.data(),
+                    pool, ws.attn_scratch.data());
+  matmul(L.wo, ws.attn_out.data(), T, ws.cur.data(), ws, pool);
+  for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);
+}
+
+void ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool& pool) {
+  const ArchConfig& c = m.config();
+  const LayerWeights& L = m.weights().layers[static_cast<size_t>(layer)];
+  const int64_t T = s.size(), d = c.n_embd, ff = c.n_ff;
+  norm_rows(ws.x.data(), L.ffn_norm, ws.cur.data(), T, d, c.rms_eps);
+  matmul(L.w_gate, ws.cur.data(), T, ws.gate.data(), ws, pool);
+  matmul(L.w_up, ws.cur.data(), T, ws.up.data(), ws, pool);
+  kernels::swiglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), T * ff);
+  matmul(L.w_down, ws.hidden.data(), T, ws.cur.data(), ws, pool);
+  for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);
+}
+
+void output_head(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits) {
+  if (!logits) return;
+  const ArchConfig& c = m.config();
+  const int64_t d = c.n_embd;
+  int64_t rows = 0;
+  for (int64_t i = 0; i < s.size(); ++i) {
+    if (!s[i].logits) continue;
+    kernels::rms_norm(ws.x.data() + i * d, m.weights().output_norm.data(),
+                      ws.logits_in.data() + rows * d, d, c.rms_eps);
+    ++rows;
+  }
+  if (rows == 0) return;
+  const auto& w = m.weights().output;
+  kernels::matmul(w, ws.logits_in.data(), d, rows, logits, w.n_out, pool, ws.matmul_scratch.data());
+}
+
+}  // namespace sustain

@@ -1,0 +1,252 @@
+// The engine's forward pass (Model::forward over the paged KV cache, SIMD
+// kernels) against llama.cpp's logits, against the scalar reference forward,
+// and against itself: a batch of several sequences must give each sequence's
+// logits as if it ran alone, whatever the chunking of the prompt.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "model/ref_compare.h"
+#include "model/ref_forward.h"
+#include "test_util.h"
+#include "tools/presets.h"
+#include "tools/synth.h"
+
+namespace sustain::test {
+namespace {
+
+struct Engine {
+  std::unique_ptr<Model> model;
+  std::optional<kv::KvCache> cache;
+  std::unique_ptr<ThreadPool> pool;
+  Workspace ws;
+};
+
+Engine open_engine(const std::string& path, int64_t ctx, int64_t max_batch, int threads) {
+  Engine e;
+  auto m = Model::load(path);
+  EXPECT_TRUE(m.has_value()) << m.status().message();
+  if (!m) return e;
+  e.model = std::move(m).value();
+  auto c = kv::KvCache::create(e.model->kv_geometry(), ctx);
+  EXPECT_TRUE(c.has_value()) << c.status().message();
+  if (c) e.cache.emplace(std::move(c).value());
+  e.pool = std::make_unique<ThreadPool>(threads);
+  e.ws = e.model->make_workspace(max_batch, threads);
+  return e;
+}
+
+// Runs tokens through one fresh sequence, `chunk` per forward call; returns
+// every position's logits.
+std::vector<std::vector<float>> run_sequence(Engine& e, const std::vector<int32_t>& tokens,
+                                             int64_t chunk) {
+  const int64_t V = e.model->config().n_vocab;
+  kv::PageTable t;
+  std::vector<std::vector<float>> out;
+  for (size_t b0 = 0; b0 < tokens.size(); b0 += static_cast<size_t>(chunk)) {
+    const size_t b1 = std::min(tokens.size(), b0 + static_cast<size_t>(chunk));
+    const int64_t start = t.n_tokens;
+    Status st = e.cache->reserve(t, static_cast<int64_t>(b1 - b0));
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    Batch b;
+    b.seqs.push_back(&t);
+    for (size_t i = b0; i < b1; ++i)
+      b.tokens.push_back({tokens[i], 0, start + static_cast<int64_t>(i - b0), true});
+    std::vector<float> logits(static_cast<size_t>((b1 - b0) * V));
+    st = e.model->forward(b, *e.cache, e.ws, *e.pool, logits.data());
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    for (size_t i = 0; i < b1 - b0; ++i)
+      out.emplace_back(logits.begin() + static_cast<int64_t>(i) * V,
+                       logits.begin() + static_cast<int64_t>(i + 1) * V);
+  }
+  e.cache->release(t);
+  return out;
+}
+
+class ForwardVsLlamaCpp : public ::testing::TestWithParam<RefCase> {};
+
+TEST_P(ForwardVsLlamaCpp, LogitsAgree) {
+  SUSTAIN_REQUIRE_REF();
+  const RefCase& c = GetParam();
+  const std::string stem = std::string(c.model) + "." + c.prompt + "." + c.cfg;
+  const RefData ref = read_ref(stem);
+  ASSERT_FALSE(HasFailure());
+  Engine e = open_engine(ref_path(std::string("models/") + c.model + ".gguf"), 1024, 64, 2);
+  ASSERT_TRUE(e.model && e.cache);
+  const auto logits = run_sequence(e, ref.tokens, 512);
+  ASSERT_EQ(logits.size(), ref.tokens.size());
+  check_against_ref(c, ref, logits, "engine " + stem);
+}
+
+// The engine rounds matmul activations as llama.cpp does (Q8_0/Q8_K/F16
+// partners) but keeps Q and the softmax weights in f32 where llama.cpp's
+// non-flash path rounds them to f16, so the README's bounds apply (the
+// "plain" cases, with the reasons given there for stories260K and the
+// trained aidreams260K), not the tighter bounds of the fully rounded oracle.
+INSTANTIATE_TEST_SUITE_P(Ref, ForwardVsLlamaCpp, ::testing::ValuesIn(kPlainCases),
+                         [](const auto& info) { return case_name(info.param); });
+
+TEST(ForwardGreedy, Aidreams260KMatchesLlamaCpp) {
+  SUSTAIN_REQUIRE_REF();
+  for (const char* prompt : {"p1_short", "p2_medium", "p3_long_llama2c"}) {
+    const RefData ref = read_ref(std::string("aidreams260K-f32.") + prompt + ".kvf16");
+    const auto want = ref.meta.at("greedy").at("ids").get<std::vector<int32_t>>();
+    Engine e = open_engine(ref_path("models/aidreams260K-f32.gguf"), 512, 64, 2);
+    ASSERT_TRUE(e.model && e.cache);
+    std::vector<int32_t> seq = ref.tokens;
+    std::vector<int32_t> got;
+    kv::PageTable t;
+    const int64_t V = e.model->config().n_vocab;
+    std::vector<float> logits(static_cast<size_t>(V));
+    std::vector<int32_t> feed = seq;
+    for (size_t step = 0; step < want.size(); ++step) {
+      const int64_t start = t.n_tokens;
+      ASSERT_TRUE(e.cache->reserve(t, static_cast<int64_t>(feed.size())).is_ok());
+      Batch b;
+      b.seqs.push_back(&t);
+      for (size_t i = 0; i < feed.size(); ++i)
+        b.tokens.push_back({feed[i], 0, start + static_cast<int64_t>(i), i + 1 == feed.size()});
+      ASSERT_TRUE(e.model->forward(b, *e.cache, e.ws, *e.pool, logits.data()).is_ok());
+      const int32_t next = argmax(logits);
+      got.push_back(next);
+      feed = {next};
+    }
+    EXPECT_EQ(got, want) << prompt;
+  }
+}
+
+// Several sequences in one batch = each alone; prompt chunking changes
+// nothing. With f32 weights the logits are bit-identical. With quantized
+// weights the matmul kernels take different tiling paths for 1, 4 and 16+
+// tokens, whose float accumulation order differs; when that flips one 8-bit
+// rounding of an activation, the change spreads through the layers of these
+// random-weight models (measured up to 0.015 of the logits' spread), hence
+// 0.05 here (the cross-engine bound is 0.15). Bit-identical results across
+// batch compositions are the serving issue's --deterministic mode.
+class ForwardBatching : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ForwardBatching, ManySequencesEqualEachAlone) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string path = ref_path(std::string("models/") + GetParam() + ".gguf");
+  const bool exact = std::string(GetParam()).find("f32") != std::string::npos;
+  Engine e = open_engine(path, 2048, 256, 2);
+  ASSERT_TRUE(e.model && e.cache);
+  const int64_t V = e.model->config().n_vocab;
+  std::vector<std::vector<int32_t>> prompts = {
+      {1, 17, 99, 300, 42}, {1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {1, 400}, {1}};
+  std::vector<std::vector<std::vector<float>>> alone;
+  for (const auto& p : prompts) alone.push_back(run_sequence(e, p, 512));
+  // Chunked prefill: 1 and 3 tokens per call.
+  for (int64_t chunk : {1, 3}) {
+    const auto got = run_sequence(e, prompts[1], chunk);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float tol = exact ? 0.0f : 0.05f * static_cast<float>(stddev(alone[1][i]));
+      for (int64_t j = 0; j < V; ++j)
+        ASSERT_NEAR(got[i][j], alone[1][i][j], tol) << "chunk " << chunk << " pos " << i;
+    }
+  }
+  // All four sequences interleaved in one batch.
+  std::vector<kv::PageTable> tables(prompts.size());
+  Batch b;
+  for (auto& t : tables) b.seqs.push_back(&t);
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  for (size_t s = 0; s < prompts.size(); ++s)
+    ASSERT_TRUE(e.cache->reserve(tables[s], static_cast<int64_t>(prompts[s].size())).is_ok());
+  for (size_t i = 0; i < longest; ++i)
+    for (size_t s = 0; s < prompts.size(); ++s)
+      if (i < prompts[s].size())
+        b.tokens.push_back({prompts[s][i], static_cast<int32_t>(s), static_cast<int64_t>(i), true});
+  std::vector<float> logits(static_cast<size_t>(b.n_logits() * V));
+  ASSERT_TRUE(e.model->forward(b, *e.cache, e.ws, *e.pool, logits.data()).is_ok());
+  for (size_t r = 0; r < b.tokens.size(); ++r) {
+    const auto& tok = b.tokens[r];
+    const auto& want = alone[static_cast<size_t>(tok.seq)][static_cast<size_t>(tok.pos)];
+    const float tol = exact ? 0.0f : 0.05f * static_cast<float>(stddev(want));
+    for (int64_t j = 0; j < V; ++j)
+      ASSERT_NEAR(logits[r * V + j], want[static_cast<size_t>(j)], tol)
+          << "seq " << tok.seq << " pos " << tok.pos;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ForwardBatching,
+                         ::testing::Values("tiny-llama-f32", "tiny-llama-Q8_0", "tiny-llama-Q4_0",
+                                           "tiny-llama-Q4_K_M", "tiny-llama-Q6_K",
+                                           "tiny-qwen3-Q4_K_M"));
+
+// Engine vs the scalar oracle on synthetic models of each architecture.
+TEST(ForwardVsOracle, SynthPresets) {
+  // F32 weights leave the engine's f16 K/V and summation order: a tight bound.
+  // Q8_0 rounds activations to 8 bits, and a flipped rounding spreads through
+  // the layers of a random-weight model: the README's bound for quantized weights.
+  struct Case {
+    const char* preset;
+    tools::FileType type;
+    double bound;
+  };
+  for (const Case& c : {Case{"tiny-llama", tools::FileType::kF32, 5e-3},
+                        Case{"tiny-qwen3", tools::FileType::kF32, 5e-3},
+                        Case{"tiny-llama", tools::FileType::kQ8_0, 0.15},
+                        Case{"tiny-qwen3", tools::FileType::kQ8_0, 0.15}}) {
+    const char* preset = c.preset;
+    const std::string path = tmp_path(std::string("fwd_") + preset + ".gguf");
+    ThreadPool pool(2);
+    tools::SynthOptions opt;
+    opt.type = c.type;
+    auto r = tools::synth_model(*tools::find_preset(preset), path, opt, pool);
+    ASSERT_TRUE(r) << r.status().message();
+    auto f = gguf::File::open(path);
+    ASSERT_TRUE(f);
+    // The oracle rounds matmul activations as the engine does; its f16-KV
+    // mode would also round Q and the softmax weights, which the engine keeps
+    // in f32, so its KV stays f32 and the bound allows for the f16 K/V rounding.
+    RefOptions ro;
+    ro.quantize_activations = true;
+    auto oracle = RefModel::load(*f, ro);
+    ASSERT_TRUE(oracle) << oracle.status().message();
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 40; ++i) toks.push_back((i * 37 + 11) % 500);
+    const auto want = oracle->forward(toks, nullptr);
+    Engine e = open_engine(path, 256, 16, 2);
+    ASSERT_TRUE(e.model && e.cache);
+    const auto got = run_sequence(e, toks, 16);
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      double m = 0;
+      for (size_t j = 0; j < got[i].size(); ++j)
+        m = std::max(m, double{std::fabs(got[i][j] - want[i][j])});
+      worst = std::max(worst, m / stddev(want[i]));
+    }
+    std::printf("[ measured ] engine vs oracle on %s %s: max|d|/std %.5f\n", preset,
+                std::string(tools::file_type_info(c.type).name).c_str(), worst);
+    EXPECT_LT(worst, c.bound) << preset;
+  }
+}
+
+TEST(ForwardErrors, BadBatchesAreRejected) {
+  SUSTAIN_REQUIRE_REF();
+  Engine e = open_engine(ref_path("models/tiny-llama-f32.gguf"), 64, 16, 1);
+  ASSERT_TRUE(e.model && e.cache);
+  kv::PageTable t;
+  ASSERT_TRUE(e.cache->reserve(t, 2).is_ok());
+  std::vector<float> logits(512 * 2);
+  Batch b;
+  b.seqs.push_back(&t);
+  b.tokens.push_back({600, 0, 0, true});  // beyond the 512-token vocabulary
+  Status st = e.model->forward(b, *e.cache, e.ws, *e.pool, logits.data());
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("600"), std::string::npos) << st.message();
+  b.tokens = {{1, 0, 5, true}};  // no KV slot reserved at position 5
+  st = e.model->forward(b, *e.cache, e.ws, *e.pool, logits.data());
+  EXPECT_FALSE(st.is_ok());
+  // Out of pages: reserve fails cleanly and leaves the table as it was.
+  kv::PageTable big;
+  EXPECT_FALSE(e.cache->reserve(big, 1 << 20).is_ok());
+  EXPECT_EQ(big.n_tokens, 0);
+}
+
+}  // namespace
+}  // namespace sustain::test
