@@ -3,9 +3,24 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <atomic>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SUSTAIN_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define SUSTAIN_CPU_RELAX() asm volatile("yield" ::: "memory")
+#else
+#define SUSTAIN_CPU_RELAX() ((void)0)
+#endif
 
 namespace sustain {
+namespace {
+// How long an idle worker spins before it sleeps. Long enough to bridge the
+// gap between two parallel regions of one decode step, short enough that a
+// pool left idle gives its cores back almost at once.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -14,7 +29,8 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
+    stop_.store(true);
+    generation_.fetch_add(1);
   }
   cv_start_.notify_all();
   for (auto& t : workers_) t.join();
@@ -29,19 +45,26 @@ int ThreadPool::hardware_threads() {
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* job;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
+    // Spin for a new generation, then sleep until one arrives.
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    if (gen == seen) {
+      const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+      int spins = 0;
+      while ((gen = generation_.load(std::memory_order_acquire)) == seen) {
+        SUSTAIN_CPU_RELAX();
+        if (++spins % 256 == 0 && std::chrono::steady_clock::now() > deadline) break;
+      }
+      if (gen == seen) {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_start_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        gen = generation_.load(std::memory_order_acquire);
+      }
     }
+    seen = gen;
+    if (stop_.load()) return;
+    const std::function<void(int)>* job = job_;
     (*job)(index);
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
-    }
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -51,16 +74,21 @@ void ThreadPool::run_job(const std::function<void(int)>& job) {
     return;
   }
   {
+    // The mutex orders the publication against a worker that is about to
+    // sleep, so no wake-up is lost; notify is cheap when nobody waits.
     std::lock_guard<std::mutex> lk(mu_);
     job_ = &job;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   cv_start_.notify_all();
   job(0);
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_done_.wait(lk, [&] { return pending_ == 0; });
-  job_ = nullptr;
+  int spins = 0;
+  while (pending_.load(std::memory_order_acquire) != 0) {
+    SUSTAIN_CPU_RELAX();
+    // A worker that was descheduled can take a while: stop burning the core.
+    if (++spins > 4096) std::this_thread::yield();
+  }
 }
 
 void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t, int)>& fn) {

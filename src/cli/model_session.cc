@@ -78,6 +78,10 @@ Expected<std::string> prompt_text(const ModelArgs& a) {
 Expected<std::vector<int32_t>> tokenize_prompt(const Session& s, const ModelArgs& a,
                                                int64_t reserve_after) {
   SUSTAIN_ASSIGN_OR_RETURN(std::string text, prompt_text(a));
+  // An empty prompt is refused rather than run from BOS alone: it is almost
+  // always a mistake (an empty file, a shell variable that was not set).
+  if (text.empty())
+    return error(Code::kInvalidArgument, "the prompt is empty (give text with -p or -f)");
   SUSTAIN_ASSIGN_OR_RETURN(auto ids, s.tok->encode(text, !a.no_bos, a.special));
   if (ids.empty())
     return error(Code::kInvalidArgument, "the prompt is empty (give text with -p or -f)");

@@ -1,0 +1,141 @@
+// End to end: `sustain run`, `logits` and `tokenize` as a user runs them,
+// on the reference models, including every kind of bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "e2e/cli_runner.h"
+#include "test_util.h"
+
+namespace sustain::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kAidreams = "models/aidreams260K-f32.gguf";
+
+TEST(CliTokenize, MatchesLlamaCppIds) {
+  SUSTAIN_REQUIRE_REF();
+  // llama.cpp's ids for this prompt (BOS added), from the logits sidecar.
+  std::ifstream js(ref_path("logits/aidreams260K-f32.p1_short.kvf16.json"));
+  const json ref = json::parse(js);
+  const std::string prompt = ref.at("prompt").get<std::string>();
+  auto r = run_cli("tokenize -m " + ref_path(kAidreams) + " -p '" + prompt + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out), ref.at("token_ids"));
+  r = run_cli("tokenize --no-bos -m " + ref_path(kAidreams) + " -p '" + prompt + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto ids = json::parse(r.out);
+  ASSERT_EQ(ids.size() + 1, ref.at("token_ids").size());
+  r = run_cli("tokenize --pieces -m " + ref_path(kAidreams) + " -p 'Once upon'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(json::parse(r.out)[1].contains("piece"));
+}
+
+TEST(CliTokenize, InvalidUtf8IsAnError) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string bad = tmp_path("bad_utf8.txt");
+  std::ofstream(bad, std::ios::binary) << "abc\xff\xfe def";
+  auto r = run_cli("tokenize -m " + ref_path(kAidreams) + " -f " + bad);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("UTF-8"), std::string::npos) << r.err;
+}
+
+TEST(CliLogits, MatchesLlamaCppAndWritesSidecar) {
+  SUSTAIN_REQUIRE_REF();
+  std::ifstream js(ref_path("logits/aidreams260K-f32.p2_medium.kvf16.json"));
+  const json ref = json::parse(js);
+  const std::string prompt_file = ref_path("prompts/p2_medium.txt");
+  const std::string out = tmp_path("aid.f32");
+  auto r = run_cli("logits -m " + ref_path(kAidreams) + " -f " + prompt_file + " -o " + out + " -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream side(out + ".json");
+  const json j = json::parse(side);
+  ASSERT_EQ(j.at("token_ids"), ref.at("token_ids"));
+  const int64_t V = j.at("n_vocab").get<int64_t>();
+  const auto n = j.at("n_tokens").get<int64_t>();
+  std::vector<float> ours(static_cast<size_t>(n * V));
+  std::ifstream bin(out, std::ios::binary);
+  bin.read(reinterpret_cast<char*>(ours.data()), static_cast<std::streamsize>(ours.size() * 4));
+  ASSERT_TRUE(bin.good());
+  // Argmax of every position equals llama.cpp's (a trained model: few near-ties).
+  const auto want = ref.at("argmax_per_position").get<std::vector<int64_t>>();
+  int same = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    const float* row = ours.data() + p * V;
+    same += (std::max_element(row, row + V) - row) == want[static_cast<size_t>(p)];
+  }
+  EXPECT_EQ(same, n);
+}
+
+TEST(CliRun, GreedyTextMatchesLlamaCpp) {
+  SUSTAIN_REQUIRE_REF();
+  std::ifstream js(ref_path("logits/aidreams260K-f32.p1_short.kvf16.json"));
+  const json ref = json::parse(js);
+  const std::string want = ref.at("greedy").at("text").get<std::string>();
+  auto r = run_cli("run -m " + ref_path(kAidreams) + " -f " + ref_path("prompts/p1_short.txt") +
+                   " -n 32 --temp 0 --ignore-eos -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(want.substr(0, 40)), std::string::npos) << r.out << "\nwant: " << want;
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
+}
+
+TEST(CliRun, SeededSamplingIsDeterministic) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string cmd = "run -m " + ref_path(kAidreams) +
+                          " -p 'Once upon a time' -n 24 --temp 0.9 --top-k 20 --seed 7 -t 2";
+  auto a = run_cli(cmd), b = run_cli(cmd);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  auto c = run_cli("run -m " + ref_path(kAidreams) +
+                   " -p 'Once upon a time' -n 24 --temp 0.9 --top-k 20 --seed 8 -t 2");
+  EXPECT_NE(a.out, c.out);
+}
+
+TEST(CliRun, BadInputGivesClearErrors) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string m = " -m " + ref_path(kAidreams);
+  // Prompt longer than the context: both numbers in the message.
+  auto r = run_cli("run" + m + " -c 8 -p 'Once upon a time there was a little girl named Lily'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("context of 8 tokens"), std::string::npos) << r.err;
+  // Empty prompt.
+  r = run_cli("run" + m + " -p ''");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("empty"), std::string::npos) << r.err;
+  r = run_cli("logits" + m + " --no-bos -p '' -o " + tmp_path("x.f32"));
+  EXPECT_NE(r.exit_code, 0);
+  // Flags out of range.
+  for (const char* flag : {"-t 0", "-c 0", "-n -5", "-b 0"}) {
+    r = run_cli("run" + m + " -p hi " + flag);
+    EXPECT_NE(r.exit_code, 0) << flag;
+    EXPECT_NE(r.err.find("error"), std::string::npos) << flag << ": " << r.err;
+  }
+  for (const char* flag : {"--temp -1", "--top-p 1.5", "--min-p 2", "--temp nan"}) {
+    r = run_cli("run" + m + " -p hi " + flag);
+    EXPECT_NE(r.exit_code, 0) << flag;
+    EXPECT_NE(r.err.find("error"), std::string::npos) << flag << ": " << r.err;
+  }
+  r = run_cli("run" + m + " -p hi -ctk q9_9");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("q9_9"), std::string::npos) << r.err;
+  // -p and -f together, a missing prompt file, a missing model.
+  r = run_cli("run" + m + " -p hi -f /nonexistent.txt");
+  EXPECT_NE(r.exit_code, 0);
+  r = run_cli("run" + m + " -f /nonexistent.txt");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("/nonexistent.txt"), std::string::npos) << r.err;
+  r = run_cli("run -m /nonexistent.gguf -p hi");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("/nonexistent.gguf"), std::string::npos) << r.err;
+  // A context beyond the flag's range (2^24 tokens).
+  r = run_cli("run" + m + " -p hi -c 16777217");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("ctx-size"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace sustain::test
