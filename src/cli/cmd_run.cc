@@ -51,6 +51,7 @@ int run_run(RunArgs a) {
   const int32_t n_vocab = static_cast<int32_t>(sess.model->config().n_vocab);
   const auto t1 = std::chrono::steady_clock::now();
   int64_t generated = 0;
+  std::vector<int32_t> next(1);
   for (; generated < n_gen; ++generated) {
     const int32_t tok = sampler.sample(logits.data(), n_vocab);
     if (!a.ignore_eos && sess.tok->is_eog(tok)) break;
@@ -61,7 +62,8 @@ int run_run(RunArgs a) {
       ++generated;
       break;
     }
-    st = feed(sess, table, {tok}, 1, nullptr, &logits);
+    next[0] = tok;
+    st = feed(sess, table, next, 1, nullptr, &logits);
     if (!st) return fail(st.message());
   }
   const std::string rest = dec.flush();

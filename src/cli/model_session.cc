@@ -98,12 +98,14 @@ Status feed(Session& s, kv::PageTable& table, const std::vector<int32_t>& tokens
   const int64_t n_vocab = s.model->config().n_vocab;
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (all_logits) all_logits->assign(static_cast<size_t>(n * n_vocab), 0.0f);
+  if (last_logits) last_logits->resize(static_cast<size_t>(n_vocab));
   for (int64_t b0 = 0; b0 < n; b0 += batch) {
     const int64_t b1 = std::min(n, b0 + batch);
     const int64_t start = table.n_tokens;
     SUSTAIN_TRY(s.cache->reserve(table, b1 - b0));
-    Batch b;
-    b.seqs.push_back(&table);
+    Batch& b = s.batch;
+    b.seqs.assign(1, &table);
+    b.tokens.clear();
     for (int64_t i = b0; i < b1; ++i) {
       const bool want = all_logits != nullptr || i == n - 1;
       b.tokens.push_back({tokens[static_cast<size_t>(i)], 0, start + (i - b0), want});
@@ -112,7 +114,6 @@ Status feed(Session& s, kv::PageTable& table, const std::vector<int32_t>& tokens
     if (all_logits) {
       out = all_logits->data() + b0 * n_vocab;
     } else if (b1 == n) {
-      last_logits->assign(static_cast<size_t>(n_vocab), 0.0f);
       out = last_logits->data();
     }
     SUSTAIN_TRY(s.model->forward(b, *s.cache, s.ws, *s.pool, out));

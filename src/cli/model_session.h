@@ -38,6 +38,7 @@ struct Session {
   std::optional<kv::KvCache> cache;
   std::unique_ptr<ThreadPool> pool;
   Workspace ws;
+  Batch batch;  // reused by feed(): no allocation per generated token
   int64_t ctx = 0;
 };
 

@@ -82,8 +82,6 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
   if (!kernels::matmul_supported(w.output.type))
     return error(Code::kUnsupported, "{}: output matrix is {}, which sustain cannot multiply yet",
                  path, qtype_name(w.output.type));
-  if (c.rope_scaling == RopeScaling::kYarn)
-    return error(Code::kUnsupported, "{}: YaRN RoPE scaling is not supported yet", path);
   return m;
 }
 

@@ -19,7 +19,11 @@ kernels::RopeParams rope_params(const ArchConfig& c, const ModelWeights& w, bool
   r.head_dim = static_cast<int>(c.head_dim_k);
   r.rope_dim = static_cast<int>(c.rope_dim);
   r.freq_base = c.rope_freq_base;
-  r.freq_scale = c.rope_scaling == RopeScaling::kLinear ? 1.0f / c.rope_scale_factor : 1.0f;
+  const bool scaled = c.rope_scaling == RopeScaling::kLinear || c.rope_scaling == RopeScaling::kYarn;
+  r.freq_scale = scaled && c.rope_scale_factor > 0.0f ? 1.0f / c.rope_scale_factor : 1.0f;
+  // YaRN as llama.cpp applies it: full ramp (ext_factor 1) between the
+  // default beta_fast / beta_slow, over the original training context.
+  if (c.rope_scaling == RopeScaling::kYarn) r.ext_factor = 1.0f;
   r.freq_factors = w.rope_freqs.empty() ? nullptr : w.rope_freqs.data();
   r.neox = neox;
   r.n_ctx_orig = static_cast<int>(c.rope_orig_ctx);

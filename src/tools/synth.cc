@@ -108,7 +108,11 @@ Expected<SynthResult> synth_model(const Preset& preset, const std::string& out_p
   } else {
     TokenizerJsonOptions to;
     to.n_vocab = cfg.n_vocab;
-    SUSTAIN_ASSIGN_OR_RETURN(TokenizerJsonInfo ti, import_tokenizer_json(opt.tokenizer_json, w, to));
+    auto imported = import_tokenizer_json(opt.tokenizer_json, w, to);
+    if (!imported)
+      return imported.status().with_context(
+          fmt::format("--tokenizer for preset {} ({}-token embedding)", preset.name, cfg.n_vocab));
+    const TokenizerJsonInfo& ti = *imported;
     if (ti.n_vocab != cfg.n_vocab)
       return error(Code::kInvalidArgument,
                    "{}: the tokenizer has {} tokens but preset {} has a {}-token embedding",

