@@ -1,5 +1,6 @@
 #include "cli/model_session.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -25,6 +26,10 @@ void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_ca
     sub->add_option("-t,--threads", a.threads, "worker threads (default: all cores)")
         ->check(CLI::Range(1, 1024));
     sub->add_option("-b,--batch-size", a.batch, "prompt tokens per forward call")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+    sub->add_option("--ubatch-size", a.ubatch,
+                    "tokens computed at once inside a forward call (alias -ub); sizes the workspace")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
     sub->add_option("--cache-type-k", a.cache_type_k, "K cache format (alias -ctk): f16, bf16, f32")
@@ -58,7 +63,7 @@ Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_ca
   SUSTAIN_ASSIGN_OR_RETURN(auto cache, kv::KvCache::create(s->model->kv_geometry(kt, vt), a.ctx));
   s->cache.emplace(std::move(cache));
   s->pool = std::make_unique<ThreadPool>(a.threads > 0 ? a.threads : default_threads());
-  s->ws = s->model->make_workspace(std::min(a.batch, a.ctx), s->pool->size());
+  s->ws = s->model->make_workspace(std::min({a.batch, a.ubatch, a.ctx}), s->pool->size());
   return s;
 }
 

@@ -23,7 +23,8 @@ struct ModelArgs {
   std::string prompt_file;
   int64_t ctx = 4096;
   int threads = 0;
-  int64_t batch = 512;  // tokens per forward call while reading the prompt
+  int64_t batch = 512;   // logical batch: prompt tokens per forward call
+  int64_t ubatch = 512;  // physical batch: tokens computed at once (workspace size)
   std::string cache_type_k = "f16", cache_type_v = "f16";
   bool no_bos = false;
   bool special = false;
