@@ -32,9 +32,9 @@ void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_ca
                     "tokens computed at once inside a forward call (alias -ub); sizes the workspace")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-    sub->add_option("--cache-type-k", a.cache_type_k, "K cache format (alias -ctk): f16, bf16, f32")
+    sub->add_option("--cache-type-k", a.cache_type_k, "K cache format (alias -ctk): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, fp8")
         ->capture_default_str();
-    sub->add_option("--cache-type-v", a.cache_type_v, "V cache format (alias -ctv): f16, bf16, f32")
+    sub->add_option("--cache-type-v", a.cache_type_v, "V cache format (alias -ctv): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, fp8")
         ->capture_default_str();
   }
 }
@@ -42,11 +42,17 @@ void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_ca
 namespace {
 
 Expected<QType> kv_type(const std::string& name, const char* flag) {
-  auto t = qtype_from_name(name);
-  if (!t || (*t != QType::F16 && *t != QType::BF16 && *t != QType::F32))
-    return error(Code::kInvalidArgument, "{} '{}' is not supported (supported: f16, bf16, f32)",
-                 flag, name);
-  return *t;
+  // llama.cpp's spellings; fp8 is sustain's (E4M3).
+  static const std::pair<const char*, QType> kTypes[] = {
+      {"f32", QType::F32},   {"f16", QType::F16},   {"bf16", QType::BF16},
+      {"q8_0", QType::Q8_0}, {"q4_0", QType::Q4_0}, {"q4_1", QType::Q4_1},
+      {"q5_0", QType::Q5_0}, {"q5_1", QType::Q5_1}, {"fp8", QType::FP8_E4M3}};
+  for (const auto& [n, t] : kTypes)
+    if (name == n) return t;
+  return error(Code::kInvalidArgument,
+               "{} '{}' is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+               "q5_1, fp8)",
+               flag, name);
 }
 
 }  // namespace
