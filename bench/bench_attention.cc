@@ -133,7 +133,8 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
   b->Args({16384, 32, 0, 0});  // no split-KV: one item per KV head
   b->Args({16384, 16, 1, 0});  // page size
   b->Args({16384, 256, 1, 0});
-  b->Args({16384, 32, 1, 1});  // Q8_0 K/V
+  b->Args({4096, 32, 1, 1});  // Q8_0 K/V
+  b->Args({16384, 32, 1, 1});
   b->Args({16384, 32, 1, 2});  // BF16 K/V
 }
 BENCHMARK(BM_DecodeAttention)

@@ -1,7 +1,8 @@
 // The attention work-item kernel (kernel.h) in Highway, compiled for every
-// target and picked at run time. K and V rows stored as F32 or F16 are read
-// in place and converted in registers; other formats are converted a tile
-// of rows at a time into a small f32 buffer.
+// target and picked at run time. K and V rows stored as F32, F16, BF16 or
+// Q8_0 are read in place and converted in registers (Q8_0 K on AVX-512 VNNI:
+// dotted in int8 with a once-quantized q; Q8_0 V: codes × p · scale); other
+// formats are converted a tile of rows at a time into a small f32 buffer.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -22,6 +23,17 @@
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 // clang-format on
+
+// On AVX3_DL (and AVX3_ZEN4 where Highway has it) Q8_0 K is dotted with an
+// int8 copy of q by AVX-512 VNNI, which Highway 1.0.3's AVX3_DL target string
+// omits (it names the VEX "avxvnni", off here: Zen 4 lacks it); see
+// kernels/cpu/quant-inl.h.
+#undef SUSTAIN_ATTN_VNNI
+#if HWY_TARGET == HWY_AVX3_DL || (defined(HWY_AVX3_ZEN4) && HWY_TARGET == HWY_AVX3_ZEN4)
+#define SUSTAIN_ATTN_VNNI 1
+#else
+#define SUSTAIN_ATTN_VNNI 0
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace sustain::attention::detail {
@@ -245,6 +257,240 @@ HWY_INLINE void AccumulateRows(D d, const float* const* p, const uint8_t* vrows,
   for (; c < size_t(dv); c += N) AccumulatePass<R, 1, VF>(d, p, vrows, vstride, n, c, o);
 }
 
+#if SUSTAIN_ATTN_VNNI
+// A state row's query quantized to int8 once per item (q8_row_floats):
+// codes in blocks of 32 (an even count, zero-padded), per block d = the
+// codes' scale × the softmax scale, and corr = 128 × sum(codes).
+struct Q8Query {
+  const int8_t* qs;
+  const float* d;
+  const int32_t* corr;
+};
+
+inline Q8Query Q8QueryAt(float* base, int dk) {
+  const int nbp = int((size_t(dk) + 63) / 64 * 2);
+  auto* qs = reinterpret_cast<int8_t*>(base);
+  const float* d = base + nbp * kQK / 4;
+  return {qs, d, reinterpret_cast<const int32_t*>(d + nbp)};
+}
+
+// Quantizes q (dk floats) into the row at base, like Q8_0 but with an f32
+// scale (rounding to nearest, ties away like lroundf).
+inline void QuantizeQuery(const float* q, int dk, float scale, float* base) {
+  const int nbp = int((size_t(dk) + 63) / 64 * 2);
+  auto* qs = reinterpret_cast<int8_t*>(base);
+  float* d = base + nbp * kQK / 4;
+  auto* corr = reinterpret_cast<int32_t*>(d + nbp);
+  for (int b = 0; b < nbp; ++b) {
+    int8_t* out = qs + b * kQK;
+    if (b * kQK >= dk) {
+      std::fill(out, out + kQK, int8_t(0));
+      d[b] = 0.0f;
+      corr[b] = 0;
+      continue;
+    }
+    const float* x = q + b * kQK;
+    float amax = 0.0f;
+    for (int i = 0; i < kQK; ++i) amax = std::max(amax, std::abs(x[i]));
+    const float db = amax / 127.0f;
+    const float inv = db > 0.0f ? 1.0f / db : 0.0f;
+    int32_t sum = 0;
+    for (int i = 0; i < kQK; ++i) {
+      const int v = static_cast<int>(std::lround(x[i] * inv));
+      out[i] = static_cast<int8_t>(std::clamp(v, -127, 127));
+      sum += out[i];
+    }
+    d[b] = db * scale;
+    corr[b] = 128 * sum;
+  }
+}
+
+// The VNNI functions below use raw intrinsics only: Highway's ops carry its
+// AVX3_DL target string (with avxvnni), which functions compiled without
+// avxvnni may not inline. ScoreRowsQ8 is therefore called, not inlined.
+#pragma GCC push_options
+#pragma GCC target("avx512vnni,no-avxvnni")
+
+// Blocks b and b + 1 of a Q8_0 row's codes as unsigned (code + 128) bytes;
+// only block b where b + 1 is past the row (the upper half is then 0x80,
+// which meets the zero padding of q).
+HWY_INLINE __m512i LoadQ8Pair(const BlockQ8_0* blk, bool pair) {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
+  const __m512i x = pair ? _mm512_inserti64x4(_mm512_castsi256_si512(lo),
+                                              _mm256_loadu_si256(
+                                                  reinterpret_cast<const __m256i*>(blk[1].qs)),
+                                              1)
+                         : _mm512_zextsi256_si512(lo);
+  return _mm512_xor_si512(x, _mm512_set1_epi8(static_cast<char>(0x80)));
+}
+
+// The f32 scales of block b of four rows kstride apart.
+HWY_INLINE __m128 Q8Scales4(const uint8_t* k0, size_t kstride, int b) {
+  const auto sc = [&](int t) {
+    return reinterpret_cast<const BlockQ8_0*>(k0 + t * kstride)[b].d;
+  };
+  return _mm_cvtph_ps(_mm_setr_epi16(short(sc(0)), short(sc(1)), short(sc(2)), short(sc(3)), 0, 0,
+                                     0, 0));
+}
+
+// scores[r][j] = scale · q_r · k_j for j < n with Q8_0 K and int8 q: per
+// pair of blocks one vpdpbusd per key and row, four keys reduced together.
+// pf's rows [j, j + count) prefetched (Prefetch::rows without Highway).
+HWY_INLINE void PrefetchQ8(const Prefetch& pf, int j, int count) {
+  if (j >= pf.n) return;
+  const int end = std::min(pf.n, j + count);
+  for (size_t off = j * pf.k_row; off < end * pf.k_row; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(pf.k + off), _MM_HINT_T0);
+  for (size_t off = j * pf.v_row; off < end * pf.v_row; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(pf.v + off), _MM_HINT_T0);
+}
+
+template <int R>
+HWY_NOINLINE void ScoreRowsQ8(const Q8Query* q, const uint8_t* krows, size_t kstride, int n,
+                              int dk, float* const* scores, const Prefetch& pf) {
+  const int nb = dk / kQK;
+  const int8_t* qs[R];
+  const float* qd[R];
+  const int32_t* qc[R];
+  for (int r = 0; r < R; ++r) {
+    qs[r] = q[r].qs;
+    qd[r] = q[r].d;
+    qc[r] = q[r].corr;
+  }
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    PrefetchQ8(pf, j, 4);
+    const uint8_t* k0 = krows + j * kstride;
+    __m128 out[R];
+    for (int r = 0; r < R; ++r) out[r] = _mm_setzero_ps();
+    // Blocks b and b + 1 (kPair) or block b alone (an odd last block).
+    const auto blocks = [&](int b, auto pair_tag) {
+      constexpr bool kPair = decltype(pair_tag)::value;
+      __m512i x[4];
+      for (int t = 0; t < 4; ++t)
+        x[t] = LoadQ8Pair(reinterpret_cast<const BlockQ8_0*>(k0 + t * kstride) + b, kPair);
+      const __m128 kd0 = Q8Scales4(k0, kstride, b);
+      const __m128 kd1 = kPair ? Q8Scales4(k0, kstride, b + 1) : _mm_setzero_ps();
+      for (int r = 0; r < R; ++r) {
+        const __m512i qv = _mm512_loadu_si512(qs[r] + b * kQK);
+        const __m512i z = _mm512_setzero_si512();
+        const __m512i a0 = _mm512_dpbusd_epi32(z, x[0], qv);
+        const __m512i a1 = _mm512_dpbusd_epi32(z, x[1], qv);
+        const __m512i a2 = _mm512_dpbusd_epi32(z, x[2], qv);
+        const __m512i a3 = _mm512_dpbusd_epi32(z, x[3], qv);
+        // Transpose-and-add: each 128-bit lane holds partial sums of keys
+        // 0..3; lanes 0-1 belong to block b, 2-3 to block b + 1.
+        const __m512i ab =
+            _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+        const __m512i ce =
+            _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+        const __m512i s4 =
+            _mm512_add_epi32(_mm512_unpacklo_epi64(ab, ce), _mm512_unpackhi_epi64(ab, ce));
+        const __m512i u = _mm512_add_epi32(s4, _mm512_shuffle_i64x2(s4, s4, 0xB1));
+        const __m128i s0 = _mm_sub_epi32(_mm512_castsi512_si128(u), _mm_set1_epi32(qc[r][b]));
+        out[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(s0), _mm_mul_ps(kd0, _mm_set1_ps(qd[r][b])), out[r]);
+        if constexpr (kPair) {
+          const __m128i s1 =
+              _mm_sub_epi32(_mm512_extracti32x4_epi32(u, 2), _mm_set1_epi32(qc[r][b + 1]));
+          out[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(s1), _mm_mul_ps(kd1, _mm_set1_ps(qd[r][b + 1])),
+                                out[r]);
+        }
+      }
+    };
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) blocks(b, std::true_type());
+    if (b < nb) blocks(b, std::false_type());
+    for (int r = 0; r < R; ++r) _mm_storeu_ps(scores[r] + j, out[r]);
+  }
+  for (; j < n; ++j) {
+    PrefetchQ8(pf, j, 1);
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(krows + j * kstride);
+    for (int r = 0; r < R; ++r) {
+      float acc = 0.0f;
+      for (int b = 0; b < nb; ++b) {
+        int32_t dot = 0;
+        for (int i = 0; i < kQK; ++i) dot += int32_t(blk[b].qs[i]) * q[r].qs[b * kQK + i];
+        acc += float(dot) * f16_to_f32(blk[b].d) * q[r].d[b];
+      }
+      scores[r][j] = acc;
+    }
+  }
+}
+#pragma GCC pop_options
+#endif  // SUSTAIN_ATTN_VNNI
+
+// o_r += sum_j p_r[j] v_j for j < n with Q8_0 V read in place: the int8
+// codes are converted to f32 and multiplied by p_r[j] × the block's scale,
+// formed a tile at a time in pd ([block][row][key]: dv / 32 × R × kTile
+// floats, then dv / 32 × kTile for the scales), so no per-element
+// dequantization. kAligned: c is a multiple of 32 and the vector count is
+// compile-time, so every pd address is one pointer plus a constant.
+template <int R, int CC, bool kAligned, class D>
+HWY_INLINE void AccumulatePassQ8(D d, const float* pd, const uint8_t* vrows, size_t vstride,
+                                 int n, size_t c, float* const* o) {
+  const size_t N = hn::Lanes(d);
+  const hn::Rebind<int8_t, D> d8;
+  const hn::Rebind<int32_t, D> d32;
+  hn::Vec<D> acc[R][CC];
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < CC; ++k) acc[r][k] = hn::LoadU(d, o[r] + c + k * N);
+  const float* base = kAligned ? pd + (c / kQK) * R * kTile : pd;
+  for (int j = 0; j < n; ++j) {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(vrows + j * vstride);
+    hn::Vec<D> v[CC];
+    for (int k = 0; k < CC; ++k) {
+      const size_t e = c + k * N;
+      v[k] = hn::ConvertTo(d, hn::PromoteTo(d32, hn::LoadU(d8, blk[e / kQK].qs + e % kQK)));
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int k = 0; k < CC; ++k) {
+        size_t b;
+        if constexpr (kAligned)
+          b = k * hn::MaxLanes(D()) / kQK;
+        else
+          b = (c + k * N) / kQK;
+        const auto pr = hn::Set(d, base[(b * R + r) * kTile + j]);
+        acc[r][k] = hn::MulAdd(pr, v[k], acc[r][k]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < CC; ++k) hn::StoreU(acc[r][k], d, o[r] + c + k * N);
+}
+
+template <int R, class D>
+HWY_INLINE void AccumulateRowsQ8(D d, const float* const* p, const uint8_t* vrows, size_t vstride,
+                                 int n, int dv, float* const* o, float* pd) {
+  const size_t N = hn::Lanes(d);
+  const int nb = dv / kQK;
+  // The blocks' f16 scales gathered ([block][key]), then converted in vectors.
+  auto* vh = reinterpret_cast<uint16_t*>(pd + size_t(R) * nb * kTile);
+  for (int j = 0; j < n; ++j) {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(vrows + j * vstride);
+    for (int b = 0; b < nb; ++b) vh[b * kTile + j] = blk[b].d;
+  }
+  for (int b = 0; b < nb; ++b) std::fill(vh + b * kTile + n, vh + (b + 1) * kTile, uint16_t(0));
+  const hn::CappedTag<float, kTile> dt;
+  const hn::Rebind<hwy::float16_t, decltype(dt)> dth;
+  const size_t NT = hn::Lanes(dt);
+  for (int b = 0; b < nb; ++b)
+    for (size_t j = 0; j < size_t(kTile); j += NT) {
+      const auto vd = hn::PromoteTo(
+          dt, hn::LoadU(dth, reinterpret_cast<const hwy::float16_t*>(vh + b * kTile + j)));
+      for (int r = 0; r < R; ++r)
+        hn::StoreU(hn::Mul(hn::LoadU(dt, p[r] + j), vd), dt, pd + (size_t(b) * R + r) * kTile + j);
+    }
+  size_t c = 0;
+#if !HWY_HAVE_SCALABLE
+  constexpr size_t kPass = kVChunks * hn::MaxLanes(D());
+  if (N == hn::MaxLanes(D())) {
+    for (; c + kPass <= size_t(dv); c += kPass)
+      AccumulatePassQ8<R, kVChunks, kPass % kQK == 0>(d, pd, vrows, vstride, n, c, o);
+  }
+#endif
+  for (; c < size_t(dv); c += N) AccumulatePassQ8<R, 1, false>(d, pd, vrows, vstride, n, c, o);
+}
+
 // The online-softmax update of one row for a tile whose scores (masked
 // entries -inf, at least one visible) are in s[0, kTile): s becomes the
 // probabilities exp(s - m_new); l and o are rescaled when the maximum grows.
@@ -276,10 +522,12 @@ HWY_INLINE void SoftmaxRow(D d, float* s, float& m, float& l, float* o, int dv) 
 // One tile for a group of R rows: scores, softmax update, o += p · V.
 // q[k]: row k's query; idx[k]: its state row; nv[k]: keys of the tile it may
 // see (0..n).
+// qbuf: the item's int8 queries where K is Q8_0 on a VNNI target (else
+// unused); vwork: room for AccumulateRowsQ8's pd where V is Q8_0 in place.
 template <int R, class KF, class VF, class D>
 HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* idx, const int* nv,
                          const uint8_t* krows, size_t kstride, const uint8_t* vrows, size_t vstride,
-                         float* scores, const Prefetch& pf) {
+                         float* scores, const Prefetch& pf, float* qbuf, float* vwork) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float* s[R];
   float* o[R];
@@ -289,7 +537,17 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
     o[k] = it.o + size_t(idx[k]) * it.dv;
     n_max = std::max(n_max, nv[k]);
   }
-  ScoreRows<R, KF>(d, q, krows, kstride, n_max, it.dk, it.scale, s, pf);
+#if SUSTAIN_ATTN_VNNI
+  if constexpr (std::is_same_v<KF, Q8Rows>) {
+    Q8Query qq[R];
+    for (int k = 0; k < R; ++k)
+      qq[k] = Q8QueryAt(qbuf + size_t(idx[k]) * q8_row_floats(it.dk), it.dk);
+    ScoreRowsQ8<R>(qq, krows, kstride, n_max, it.dk, s, pf);
+  } else
+#endif
+  {
+    ScoreRows<R, KF>(d, q, krows, kstride, n_max, it.dk, it.scale, s, pf);
+  }
   for (int k = 0; k < R; ++k) {
     std::fill(s[k] + nv[k], s[k] + kTile, kNegInf);
     if (nv[k] > 0) SoftmaxRow(d, s[k], it.m[idx[k]], it.l[idx[k]], o[k], it.dv);
@@ -297,7 +555,10 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
     else
       std::fill(s[k], s[k] + kTile, 0.0f);
   }
-  AccumulateRows<R, VF>(d, s, vrows, vstride, n_max, it.dv, o);
+  if constexpr (std::is_same_v<VF, Q8Rows>)
+    AccumulateRowsQ8<R>(d, s, vrows, vstride, n_max, it.dv, o, vwork);
+  else
+    AccumulateRows<R, VF>(d, s, vrows, vstride, n_max, it.dv, o);
 }
 
 // KF / VF: how K / V rows are read (F16Rows, Q8Rows in place; F32Rows for
@@ -317,12 +578,25 @@ void RunItemT(D d, const Item& it) {
   float* scores = it.work;  // [kScoreRows][kTile]
   float* kbuf = scores + round_up_floats(size_t(kScoreRows) * kTile);
   float* vbuf = kbuf + round_up_floats(size_t(kTile) * dk);
+  float* qbuf = vbuf + round_up_floats(size_t(kTile) * dv);
 
   for (int r = 0; r < rows; ++r) {
     it.m[r] = -std::numeric_limits<float>::infinity();
     it.l[r] = 0.0f;
   }
   std::fill(it.o, it.o + size_t(rows) * dv, 0.0f);
+#if SUSTAIN_ATTN_VNNI
+  // q quantized once per item, not per tile (state row order, as below).
+  if constexpr (std::is_same_v<KF, Q8Rows>) {
+    for (int hk = it.head_begin; hk < it.head_end; ++hk)
+      for (int x = 0; x < head_rows; ++x) {
+        const int b = x / it.group, i = x % it.group;
+        const float* qr = it.q + b * it.q_stride + (size_t(hk) * it.group + i) * dk;
+        QuantizeQuery(qr, dk, it.scale,
+                      qbuf + size_t((hk - it.head_begin) * head_rows + x) * q8_row_floats(dk));
+      }
+  }
+#endif
 
   for (int64_t key = it.k_begin; key < it.k_end;) {
     const int32_t page = it.pages[key / pt];
@@ -380,17 +654,17 @@ void RunItemT(D d, const Item& it) {
         switch (cnt) {
 #if !HWY_HAVE_SCALABLE
           case 4:
-            TileRows<4, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p);
+            TileRows<4, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf);
             break;
           case 3:
-            TileRows<3, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p);
+            TileRows<3, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf);
             break;
           case 2:
-            TileRows<2, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p);
+            TileRows<2, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf);
             break;
 #endif
           default:
-            TileRows<1, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p);
+            TileRows<1, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf);
         }
       }
     }

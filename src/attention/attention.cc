@@ -62,7 +62,7 @@ Layout layout(const AttnParams& p, int64_t n_q, int n_threads) {
   const int rows = item_rows(p);
   Layout L;
   L.work_floats =
-      detail::work_floats(p.head_dim_k, p.head_dim_v) + state_floats(rows, p.head_dim_v);
+      detail::work_floats(p.head_dim_k, p.head_dim_v, rows) + state_floats(rows, p.head_dim_v);
   L.partial_floats = state_floats(rows, p.head_dim_v);
   int64_t max_partials = 0;
   if (may_split(p, n_threads)) {
@@ -162,8 +162,8 @@ void run_one(const Run& R, int64_t item, int thread) {
   float* work = R.work + R.work_floats * thread;
   it.work = work;
   const int max_rows = item_rows(p);
-  State st =
-      state_at(work + detail::work_floats(p.head_dim_k, p.head_dim_v), max_rows, p.head_dim_v);
+  State st = state_at(work + detail::work_floats(p.head_dim_k, p.head_dim_v, max_rows), max_rows,
+                      p.head_dim_v);
   if (R.n_split == 1) {
     it.k_begin = 0;
     it.k_end = k_max;

@@ -51,13 +51,21 @@ struct Item {
 // Rows whose scores are computed together (kernel registers allow 4).
 inline constexpr int kScoreRows = 4;
 
+// Floats per state row of the int8 copy of the queries (AVX-512 VNNI path for
+// Q8_0 K): the codes padded to an even number of 32-element blocks, then per
+// block the scale (q's × the softmax scale) and 128 × the block's code sum.
+inline size_t q8_row_floats(int dk) {
+  const size_t pairs = (size_t(dk) + 63) / 64;
+  return pairs * (64 / sizeof(float) + 4);
+}
+
 // Workspace floats the kernel needs beside its outputs: a tile of scores
-// per row of a row group, and a tile of K and V rows converted to f32
-// (formats other than F32/F16 are dequantized a tile at a time, never the
-// whole cache).
-inline size_t work_floats(int dk, int dv) {
+// per row of a row group, a tile of K and V rows converted to f32 (formats
+// other than F32/F16 are dequantized a tile at a time, never the whole
+// cache), and the int8 queries of up to `rows` state rows.
+inline size_t work_floats(int dk, int dv, int rows) {
   return round_up_floats(size_t(kScoreRows) * kTile) + round_up_floats(size_t(kTile) * dk) +
-         round_up_floats(size_t(kTile) * dv);
+         round_up_floats(size_t(kTile) * dv) + round_up_floats(size_t(rows) * q8_row_floats(dk));
 }
 
 void run_item(const Item& it);

@@ -15,6 +15,17 @@ namespace {
 
 // F32/F16 rows: attend() does the reference's arithmetic in f32.
 constexpr double kTol = 1e-5;
+// Q8_0 K: on AVX-512 VNNI targets q is quantized once per row to int8 in
+// blocks of 32 (scale amax / 127) and dotted with the K codes in integers.
+// Each q element then errs by up to amax / 254, uniformly: rms ≈ amax / 440,
+// ≈ 0.006 for the N(0, 1) queries here (amax of 32 normals ≈ 2.5). A score
+// (scale · q · k over dk elements) errs by ≈ scale · sqrt(dk) · 0.006 ·
+// rms(k), ~0.5% of the scores' spread, and the output, a softmax-weighted
+// average of V, moves by about that fraction of max |o| (measured: 1.8%
+// worst over rows and columns at d64, 1000 keys). 5e-2 leaves room for other
+// seeds and shapes while a wrong block, scale or offset (errors of order 1)
+// still fails.
+constexpr double kTolQ8K = 5e-2;
 
 // Runs attend() with 1, 2 and 3 threads and every split mode; the reference
 // is computed once. Returns the worst error.
@@ -35,7 +46,7 @@ double worst_over_runs(const kv::KvCache& cache, int layer, AttnParams p,
       double err = INFINITY;
       if (std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }))
         err = max_rel_error(out, ref, p.head_dim_v);
-      EXPECT_LE(err, kTol) << "threads " << threads << " split " << int(split);
+      EXPECT_LE(err, cache.geometry().k_type == QType::Q8_0 ? kTolQ8K : kTol) << "threads " << threads << " split " << int(split);
       worst = std::max(worst, err);
     }
   }
