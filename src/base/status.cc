@@ -12,6 +12,7 @@ const char* code_name(Code c) {
     case Code::kUnsupported: return "unsupported";
     case Code::kOutOfMemory: return "out of memory";
     case Code::kInternal: return "internal error";
+    case Code::kUnavailable: return "unavailable";
   }
   return "unknown";
 }

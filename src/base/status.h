@@ -23,6 +23,7 @@ enum class Code {
   kUnsupported,      // valid input that this build cannot handle (yet)
   kOutOfMemory,
   kInternal,
+  kUnavailable,      // busy right now (a full queue): retry later
 };
 
 const char* code_name(Code c);

@@ -114,18 +114,39 @@ Expected<KvCache> KvCache::create(const KvGeometry& g, int64_t max_tokens) {
   return c;
 }
 
+int64_t KvCache::pages_needed(const PageTable& t, int64_t n) const {
+  const int64_t want = t.n_tokens + n;
+  const int64_t pages = (want + g_.page_tokens - 1) / g_.page_tokens;
+  int64_t more = std::max<int64_t>(0, pages - static_cast<int64_t>(t.pages.size()));
+  if (n > 0 && t.n_tokens % g_.page_tokens != 0 &&
+      refcount_[t.pages[static_cast<size_t>(t.n_tokens / g_.page_tokens)]] > 1)
+    ++more;  // copy on write of the shared, partly filled page
+  return more;
+}
+
 Status KvCache::reserve(PageTable& t, int64_t n) {
   if (n < 0) return error(Code::kInvalidArgument, "KV reserve: n = {}", n);
-  const int64_t want = t.n_tokens + n;
-  const int64_t pages_needed = (want + g_.page_tokens - 1) / g_.page_tokens;
-  const int64_t more = pages_needed - static_cast<int64_t>(t.pages.size());
+  const int64_t more = pages_needed(t, n);
   if (more > static_cast<int64_t>(free_.size())) {
     return error(Code::kOutOfMemory,
                  "KV cache out of pages: {} more tokens need {} more pages of {} tokens, {} of {} "
                  "are free",
                  n, more, g_.page_tokens, free_.size(), n_pages_);
   }
-  for (int64_t i = 0; i < more; ++i) {
+  if (n > 0 && t.n_tokens % g_.page_tokens != 0) {
+    int32_t& last = t.pages[static_cast<size_t>(t.n_tokens / g_.page_tokens)];
+    if (refcount_[last] > 1) {
+      const int32_t copy = free_.back();
+      free_.pop_back();
+      refcount_[copy] = 1;
+      copy_page(last, copy);
+      --refcount_[last];
+      last = copy;
+    }
+  }
+  const int64_t want = t.n_tokens + n;
+  const size_t pages = static_cast<size_t>((want + g_.page_tokens - 1) / g_.page_tokens);
+  while (t.pages.size() < pages) {
     const int32_t page = free_.back();
     free_.pop_back();
     refcount_[page] = 1;
@@ -135,14 +156,28 @@ Status KvCache::reserve(PageTable& t, int64_t n) {
   return Status::ok();
 }
 
+void KvCache::retain(int32_t page) {
+  SUSTAIN_CHECK(page >= 0 && page < n_pages_ && refcount_[page] > 0);
+  ++refcount_[page];
+}
+
+void KvCache::unref(int32_t page) {
+  SUSTAIN_CHECK(page >= 0 && page < n_pages_ && refcount_[page] > 0);
+  if (--refcount_[page] == 0) free_.push_back(page);
+}
+
+void KvCache::copy_page(int32_t from, int32_t to) {
+  for (int l = 0; l < g_.n_layer; ++l)
+    std::memcpy(const_cast<uint8_t*>(layer_base(to, l)), layer_base(from, l), layer_bytes_);
+}
+
 void KvCache::truncate(PageTable& t, int64_t n_tokens) {
   SUSTAIN_CHECK(n_tokens >= 0 && n_tokens <= t.n_tokens);
   const size_t keep = static_cast<size_t>((n_tokens + g_.page_tokens - 1) / g_.page_tokens);
   while (t.pages.size() > keep) {
     const int32_t page = t.pages.back();
     t.pages.pop_back();
-    SUSTAIN_CHECK(refcount_[page] > 0);
-    if (--refcount_[page] == 0) free_.push_back(page);
+    unref(page);
   }
   t.n_tokens = n_tokens;
 }

@@ -40,6 +40,12 @@ struct KvGeometry {
     return size_t(n_layer) * n_head_kv * (k_row_bytes() + v_row_bytes());
   }
   size_t page_bytes() const { return bytes_per_token() * page_tokens; }
+  // Pages and bytes KvCache::create allocates for max_tokens tokens (the
+  // pool is whole pages): what a memory plan must predict exactly.
+  int64_t pool_pages(int64_t max_tokens) const {
+    return (max_tokens + page_tokens - 1) / page_tokens;
+  }
+  size_t pool_bytes(int64_t max_tokens) const { return size_t(pool_pages(max_tokens)) * page_bytes(); }
 };
 
 // kInvalidArgument naming the field when `g` cannot back a cache: a count
@@ -77,13 +83,22 @@ class KvCache {
   int64_t capacity(const PageTable& t) const {
     return static_cast<int64_t>(t.pages.size()) * g_.page_tokens;
   }
-  // Sequences holding `page` (0 = free). Prefix sharing will raise it above 1.
+  // Holders of `page` (0 = free): sequences whose tables list it, plus the
+  // prefix cache when it keeps the page for reuse.
   int32_t page_refcount(int32_t page) const { return refcount_[page]; }
+  // Adds / drops one holder of a page in use (prefix sharing). Dropping the
+  // last holder returns the page to the pool.
+  void retain(int32_t page);
+  void unref(int32_t page);
 
   // Makes room for `n` more tokens at the end of `t` (allocating pages as
-  // needed) and adds n to t.n_tokens. Fails with kOutOfMemory, leaving `t`
+  // needed) and adds n to t.n_tokens. Copy on write: when the next token
+  // would land in a partly filled page that another holder shares, that page
+  // is first copied to a private one. Fails with kOutOfMemory, leaving `t`
   // unchanged, when the pool is out of pages.
   Status reserve(PageTable& t, int64_t n);
+  // Pages reserve(t, n) would take from the pool (including a copy on write).
+  int64_t pages_needed(const PageTable& t, int64_t n) const;
   // Shrinks `t` to its first n_tokens tokens (n_tokens <= t.n_tokens),
   // returning pages no longer needed: speculative-decoding rollback.
   void truncate(PageTable& t, int64_t n_tokens);
@@ -115,6 +130,7 @@ class KvCache {
     return data_.get() + layer_bytes_ * static_cast<size_t>(page) +
            layer_stride_ * static_cast<size_t>(layer);
   }
+  void copy_page(int32_t from, int32_t to);
   uint8_t* slot(const PageTable& t, int layer, int64_t pos, size_t block_off,
                 size_t row_bytes) const;
 

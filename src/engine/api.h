@@ -1,0 +1,189 @@
+// The engine's public API (DESIGN.md §3): the one interface server/, bench/
+// and eval/ are written against. An Engine owns the model, the paged KV pool,
+// the prefix cache, the thread pool and the scheduler, and runs its step loop
+// on its own thread — the only thread that touches model state. Clients
+// submit() token-id requests from any thread and read each request's events
+// (tokens with timestamps, then one final event) from its Stream.
+//
+// Scheduling is continuous batching: every step packs one decode token per
+// running sequence plus chunks of pending prompts up to `batch_tokens`, so a
+// long prompt is prefilled in chunks while the other streams keep decoding.
+// Admission is by free KV pages; when pages run out mid-generation the
+// youngest running sequence is preempted (its pages freed, its prompt plus
+// the tokens it already emitted recomputed later — nothing is emitted twice).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "tensor/qtype.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sustain::engine {
+
+using Clock = std::chrono::steady_clock;
+
+struct EngineConfig {
+  std::string model_path;
+  int n_threads = 0;            // 0 = every core this process may use
+  int64_t n_ctx = 4096;         // most tokens (prompt + output) one sequence may hold
+  int n_parallel = 1;           // sequences decoding at once
+  // KV pool size in tokens over all sequences; 0 = n_ctx × n_parallel.
+  int64_t kv_tokens = 0;
+  // KV pool size in bytes; when > 0 it overrides kv_tokens (the pool holds
+  // floor(budget / page_bytes) pages).
+  int64_t kv_budget_bytes = 0;
+  QType k_type = QType::F16;
+  QType v_type = QType::F16;
+  int page_tokens = 32;
+  int64_t batch_tokens = 512;   // tokens per step (decode + prefill chunks), llama.cpp's -b
+  int64_t ubatch_tokens = 512;  // tokens computed at once (workspace size), llama.cpp's -ub
+  bool prefix_cache = true;     // share page-aligned prompt prefixes between requests
+  int max_queue = 256;          // waiting requests beyond this are rejected (kUnavailable)
+  // Every sequence runs in a batch of its own composition-independent shape:
+  // at temperature 0 a request's output does not depend on what else runs.
+  bool deterministic = false;
+};
+
+// Why a request ended.
+enum class Finish {
+  kNone,       // still running
+  kLength,     // max_tokens emitted, or the sequence reached n_ctx
+  kStop,       // an end-of-generation token (not emitted to the client)
+  kCancelled,  // cancel() or the Stream was dropped
+  kError,      // see Event::error
+};
+const char* finish_name(Finish f);  // "length", "stop", "cancelled", "error"
+
+struct Request {
+  std::vector<int32_t> prompt;     // token ids, non-empty, each < n_vocab
+  int32_t max_tokens = 128;        // > 0; clipped to what n_ctx leaves
+  sampling::SamplerConfig sampling;
+  bool ignore_eos = false;         // keep generating past end-of-generation tokens
+  int32_t top_logprobs = 0;        // alternatives per token to report (0..kMaxTopLogprobs)
+  bool logprobs = false;           // report the chosen token's logprob
+};
+constexpr int32_t kMaxTopLogprobs = 20;
+constexpr int kMaxParallel = 256;
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;  // ln p under the model's distribution (softmax of the raw logits)
+};
+
+// One generated token, as the client sees it.
+struct TokenEvent {
+  int32_t id = 0;
+  Clock::time_point t;                // when the engine emitted it
+  float logprob = 0.0f;               // if Request::logprobs
+  std::vector<TokenLogprob> top;      // if Request::top_logprobs > 0
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;   // prompt tokens served from the prefix cache
+  int64_t completion_tokens = 0;      // tokens emitted to the client
+  int32_t preemptions = 0;            // times this request was preempted and recomputed
+};
+
+struct Event {
+  std::vector<TokenEvent> tokens;  // zero or more tokens, in order
+  bool done = false;               // the last event of the request
+  Finish finish = Finish::kNone;   // set when done
+  Status error;                    // set when finish == kError
+  Usage usage;                     // final counts, when done
+  // Timestamps (set when done): submit, first scheduled, first token, end.
+  Clock::time_point t_submit, t_start, t_first_token, t_end;
+};
+
+namespace detail {
+struct RequestState;
+}
+
+// A request's token stream. Thread-safe; read it from one thread. Dropping
+// the Stream (or calling Engine::cancel) cancels the request.
+class Stream {
+ public:
+  explicit Stream(std::shared_ptr<detail::RequestState> s) : s_(std::move(s)) {}
+  ~Stream();
+  Stream(Stream&&) = default;
+  Stream& operator=(Stream&&) = default;
+
+  // Blocks until something happened (tokens, or the end) or `timeout`
+  // passed; returns std::nullopt on timeout. After the done event, every call
+  // returns an empty done event again.
+  std::optional<Event> next(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
+  // Reads to the end: every token and the final event merged into one.
+  Event wait();
+  uint64_t id() const;
+
+ private:
+  std::shared_ptr<detail::RequestState> s_;
+};
+
+struct Histogram {
+  std::vector<double> bounds;       // upper bounds (seconds), ascending; +Inf implied
+  std::vector<uint64_t> counts;     // per bucket (bounds.size() + 1), not cumulative
+  double sum = 0.0;
+  uint64_t count = 0;
+};
+
+struct EngineStats {
+  int running = 0, waiting = 0;
+  int32_t kv_pages_total = 0, kv_pages_used = 0, kv_pages_cached = 0;  // cached: held only by the prefix cache
+  int page_tokens = 0;
+  uint64_t requests_submitted = 0, requests_finished = 0, requests_rejected = 0, requests_cancelled = 0;
+  uint64_t prompt_tokens = 0;         // prompt tokens admitted
+  uint64_t prompt_tokens_computed = 0;  // of those, computed (the rest came from the prefix cache)
+  uint64_t prefix_cache_hits = 0;     // requests that reused at least one cached page
+  uint64_t generated_tokens = 0;      // tokens emitted to clients
+  uint64_t preemptions = 0;
+  uint64_t steps = 0;
+  Histogram ttft, tpot, e2e;          // seconds
+};
+
+class Engine {
+ public:
+  // Loads the model and tokenizer, allocates the KV pool and starts the loop.
+  // Errors name the file or the setting (e.g. a KV pool that does not fit:
+  // the bytes needed and the largest context that would fit).
+  static Expected<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  ~Engine();  // stops the loop; pending requests end with kCancelled
+
+  // Validates and queues a request. Errors: kInvalidArgument naming the
+  // field (empty prompt, token id out of range, prompt + 1 > n_ctx with both
+  // numbers, sampler values); kUnavailable when the queue is full.
+  Expected<Stream> submit(Request r);
+  // Cancels a request by id; its pages are freed within one engine step.
+  void cancel(uint64_t id);
+
+  EngineStats stats() const;
+  const EngineConfig& config() const { return config_; }
+  const Model& model() const { return *model_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
+  int64_t kv_bytes() const;            // bytes of the KV pool, as allocated
+  int64_t kv_capacity_tokens() const;  // pages × page_tokens
+
+ public:
+  struct Impl;  // the step loop, private to engine/ (scheduler.h)
+
+ private:
+  explicit Engine(const EngineConfig& c);
+  EngineConfig config_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sustain::engine

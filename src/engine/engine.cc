@@ -1,0 +1,95 @@
+// Engine: lifecycle (create, submit, cancel, stats) and the step loop. The
+// loop thread is the only one that touches the model, the KV pool, the
+// prefix cache and the sequences; clients reach it through the inbox, the
+// cancel flags and each request's Stream.
+#include <algorithm>
+#include <cmath>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/request_state.h"
+#include "engine/scheduler.h"
+
+namespace sustain::engine {
+
+using detail::RequestState;
+
+Engine::Engine(const EngineConfig& c) : config_(c) {}
+
+Engine::~Engine() {
+  if (impl_) impl_->shutdown();
+}
+
+Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
+  if (c.n_threads < 0) return error(Code::kInvalidArgument, "engine: threads must be >= 0 (0 = all cores), got {}", c.n_threads);
+  if (c.n_ctx < 2) return error(Code::kInvalidArgument, "engine: context (-c) must be at least 2 tokens, got {}", c.n_ctx);
+  if (c.n_parallel < 1 || c.n_parallel > kMaxParallel)
+    return error(Code::kInvalidArgument, "engine: --parallel must be in [1, {}], got {}", kMaxParallel, c.n_parallel);
+  if (c.batch_tokens < 1) return error(Code::kInvalidArgument, "engine: --batch-size must be >= 1, got {}", c.batch_tokens);
+  if (c.ubatch_tokens < 1) return error(Code::kInvalidArgument, "engine: --ubatch-size must be >= 1, got {}", c.ubatch_tokens);
+  if (c.kv_tokens < 0) return error(Code::kInvalidArgument, "engine: KV pool tokens must be >= 0, got {}", c.kv_tokens);
+  if (c.kv_budget_bytes < 0) return error(Code::kInvalidArgument, "engine: --kv-budget must be >= 0, got {}", c.kv_budget_bytes);
+  if (c.max_queue < 0) return error(Code::kInvalidArgument, "engine: --max-queue must be >= 0, got {}", c.max_queue);
+  if (c.page_tokens < 1 || c.page_tokens > 4096)
+    return error(Code::kInvalidArgument, "engine: page size must be in [1, 4096] tokens, got {}", c.page_tokens);
+
+  std::unique_ptr<Engine> e(new Engine(c));
+  SUSTAIN_ASSIGN_OR_RETURN(e->model_, Model::load(c.model_path));
+  SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(e->model_->file()));
+  e->tok_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
+
+  const kv::KvGeometry g = e->model_->kv_geometry(c.k_type, c.v_type, c.page_tokens);
+  SUSTAIN_TRY(kv::validate(g));
+  int64_t pool_tokens = c.kv_tokens > 0 ? c.kv_tokens : c.n_ctx * c.n_parallel;
+  if (c.kv_budget_bytes > 0) {
+    const int64_t pages = c.kv_budget_bytes / static_cast<int64_t>(g.page_bytes());
+    pool_tokens = pages * g.page_tokens;
+    if (pool_tokens < c.n_ctx)
+      return error(Code::kOutOfMemory,
+                   "--kv-budget {} bytes holds {} tokens of KV ({} bytes per token with K {} and V "
+                   "{}, pages of {} tokens), fewer than the context of {} tokens, which needs {} "
+                   "bytes; the largest context that fits is {} tokens",
+                   c.kv_budget_bytes, pool_tokens, g.bytes_per_token(), qtype_name(c.k_type),
+                   qtype_name(c.v_type), g.page_tokens, c.n_ctx, g.pool_bytes(c.n_ctx),
+                   pool_tokens);
+  } else if (pool_tokens < c.n_ctx) {
+    return error(Code::kInvalidArgument, "engine: a KV pool of {} tokens cannot hold one sequence of the context ({} tokens)",
+               pool_tokens, c.n_ctx);
+  }
+  SUSTAIN_ASSIGN_OR_RETURN(auto impl, Scheduler::create(*e, g, pool_tokens));
+  e->impl_ = std::move(impl);
+  e->impl_->start();
+  return e;
+}
+
+Expected<Stream> Engine::submit(Request r) {
+  const int64_t n_vocab = model_->config().n_vocab;
+  if (r.prompt.empty())
+    return error(Code::kInvalidArgument, "request: the prompt is empty (no tokens)");
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= n_vocab)
+      return error(Code::kInvalidArgument,
+                   "request: prompt token {} at index {} is outside the vocabulary (0..{})",
+                   r.prompt[i], i, n_vocab - 1);
+  }
+  const int64_t n = static_cast<int64_t>(r.prompt.size());
+  if (n + 1 > config_.n_ctx)
+    return error(Code::kInvalidArgument,
+                 "request: the prompt is {} tokens, but the context is {} tokens (room is needed "
+                 "for at least one generated token)",
+                 n, config_.n_ctx);
+  if (r.max_tokens <= 0)
+    return error(Code::kInvalidArgument, "request: max_tokens must be > 0, got {}", r.max_tokens);
+  if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs)
+    return error(Code::kInvalidArgument, "request: top_logprobs must be in [0, {}], got {}",
+                 kMaxTopLogprobs, r.top_logprobs);
+  SUSTAIN_TRY(sampling::validate(r.sampling));
+  return impl_->submit(std::move(r));
+}
+
+void Engine::cancel(uint64_t id) { impl_->cancel(id); }
+EngineStats Engine::stats() const { return impl_->stats(); }
+int64_t Engine::kv_bytes() const { return impl_->kv_bytes(); }
+int64_t Engine::kv_capacity_tokens() const { return impl_->kv_capacity_tokens(); }
+
+}  // namespace sustain::engine

@@ -1,0 +1,418 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sustain::engine {
+namespace {
+
+using detail::RequestState;
+
+// Prometheus-style buckets (seconds) for TTFT, TPOT and E2E.
+Histogram make_histogram(std::vector<double> bounds) {
+  Histogram h;
+  h.bounds = std::move(bounds);
+  h.counts.assign(h.bounds.size() + 1, 0);
+  return h;
+}
+
+void observe(Histogram& h, double v) {
+  size_t i = 0;
+  while (i < h.bounds.size() && v > h.bounds[i]) ++i;
+  ++h.counts[i];
+  h.sum += v;
+  ++h.count;
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGeometry& g,
+                                                       int64_t pool_tokens) {
+  std::unique_ptr<Scheduler> s(new Scheduler(e));
+  const EngineConfig& c = e.config_;
+  SUSTAIN_ASSIGN_OR_RETURN(auto cache, kv::KvCache::create(g, pool_tokens));
+  s->cache.emplace(std::move(cache));
+  if (c.prefix_cache) s->prefix = std::make_unique<kv::PrefixCache>(*s->cache);
+  s->pool = std::make_unique<ThreadPool>(c.n_threads > 0 ? c.n_threads
+                                                         : ThreadPool::hardware_threads());
+  s->ws = e.model_->make_workspace(std::min(c.batch_tokens, c.ubatch_tokens), s->pool->size());
+  s->logits.resize(static_cast<size_t>(c.n_parallel) * e.model_->config().n_vocab);
+  s->st.ttft = make_histogram({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300});
+  s->st.tpot = make_histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
+  s->st.e2e = make_histogram({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600});
+  s->st.kv_pages_total = s->cache->n_pages();
+  s->st.page_tokens = g.page_tokens;
+  s->shared_stats = s->st;
+  return s;
+}
+
+Scheduler::~Impl() { shutdown(); }
+
+void Scheduler::start() { thread = std::thread([this] { loop(); }); }
+
+void Scheduler::shutdown() {
+  if (!thread.joinable()) return;
+  stopping.store(true);
+  waker->notify();
+  thread.join();
+}
+
+Expected<Stream> Scheduler::submit(Request r) {
+  auto s = std::make_shared<RequestState>();
+  s->id = next_id.fetch_add(1);
+  s->req = std::move(r);
+  s->t_submit = Clock::now();
+  s->waker = waker;
+  {
+    std::lock_guard<std::mutex> l(inbox_mu);
+    if (queued.load() >= cfg().max_queue) {
+      std::lock_guard<std::mutex> ls(stats_mu);
+      ++shared_stats.requests_rejected;
+      return error(Code::kUnavailable, "engine: the queue is full ({} requests waiting)",
+                   queued.load());
+    }
+    queued.fetch_add(1);
+    inbox.push_back(s);
+    live[s->id] = s;
+  }
+  waker->notify();
+  return Stream(std::move(s));
+}
+
+void Scheduler::cancel(uint64_t id) {
+  std::shared_ptr<RequestState> s;
+  {
+    std::lock_guard<std::mutex> l(inbox_mu);
+    auto it = live.find(id);
+    if (it != live.end()) s = it->second.lock();
+  }
+  if (s) {
+    s->cancelled.store(true);
+    waker->notify();
+  }
+}
+
+EngineStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> l(stats_mu);
+  return shared_stats;
+}
+
+void Scheduler::publish_stats() {
+  st.running = static_cast<int>(running.size());
+  st.waiting = queued.load();
+  st.kv_pages_used = cache->n_pages() - cache->n_free_pages();
+  st.kv_pages_cached = prefix ? prefix->evictable() : 0;
+  std::lock_guard<std::mutex> l(stats_mu);
+  const uint64_t rejected = shared_stats.requests_rejected;
+  const uint64_t submitted = shared_stats.requests_submitted;
+  shared_stats = st;
+  shared_stats.requests_rejected = rejected;
+  shared_stats.requests_submitted = submitted;
+}
+
+void Scheduler::drain_inbox() {
+  std::deque<std::shared_ptr<RequestState>> got;
+  {
+    std::lock_guard<std::mutex> l(inbox_mu);
+    got.swap(inbox);
+  }
+  for (auto& rs : got) {
+    auto s = std::make_unique<Seq>();
+    s->st = rs;
+    s->tokens = rs->req.prompt;
+    s->n_prompt = static_cast<int64_t>(s->tokens.size());
+    s->max_new = static_cast<int32_t>(
+        std::min<int64_t>(rs->req.max_tokens, cfg().n_ctx - s->n_prompt));
+    s->sampler.emplace(rs->req.sampling);
+    for (int32_t t : s->tokens) s->sampler->accept(t);
+    {
+      std::lock_guard<std::mutex> l(stats_mu);
+      ++shared_stats.requests_submitted;
+    }
+    waiting.push_back(std::move(s));
+  }
+}
+
+void Scheduler::finish(Seq& s, Finish f, Status err) {
+  if (prefix && f != Finish::kError) prefix->insert(s.table, s.tokens, s.n_computed);
+  cache->release(s.table);
+  Event e;
+  e.done = true;
+  e.finish = f;
+  e.error = std::move(err);
+  e.usage.prompt_tokens = s.n_prompt;
+  e.usage.cached_prompt_tokens = s.cached_prompt;
+  e.usage.completion_tokens = s.n_generated;
+  e.usage.preemptions = s.preemptions;
+  e.t_submit = s.st->t_submit;
+  e.t_start = s.admitted_once ? s.t_start : s.st->t_submit;
+  e.t_end = Clock::now();
+  e.t_first_token = s.n_generated > 0 ? s.t_first_token : e.t_end;
+  ++st.requests_finished;
+  if (f == Finish::kCancelled) ++st.requests_cancelled;
+  if (s.n_generated > 0) {
+    const double ttft = seconds(e.t_first_token - e.t_submit);
+    const double e2e = seconds(e.t_end - e.t_submit);
+    observe(st.ttft, ttft);
+    observe(st.e2e, e2e);
+    if (s.n_generated > 1) observe(st.tpot, (e2e - ttft) / (s.n_generated - 1));
+  }
+  {
+    std::lock_guard<std::mutex> l(inbox_mu);
+    live.erase(s.st->id);
+  }
+  s.st->finish(std::move(e));
+}
+
+void Scheduler::drop_cancelled() {
+  for (auto it = waiting.begin(); it != waiting.end();) {
+    if ((*it)->st->cancelled.load()) {
+      queued.fetch_sub(1);
+      finish(**it, Finish::kCancelled);
+      it = waiting.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (size_t i = 0; i < running.size();) {
+    if (running[i]->st->cancelled.load()) {
+      finish(*running[i], Finish::kCancelled);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void Scheduler::admit() {
+  while (static_cast<int>(running.size()) < cfg().n_parallel && !waiting.empty()) {
+    Seq& s = *waiting.front();
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    const int64_t matched = prefix ? prefix->attach(s.table, s.tokens, n - 1) : 0;
+    const int64_t need = cache->pages_needed(s.table, n - matched);
+    const int64_t avail = cache->n_free_pages() + (prefix ? prefix->evictable() : 0);
+    if (need > avail && !running.empty()) {
+      cache->release(s.table);  // not yet: wait for running sequences to free pages
+      break;
+    }
+    s.n_computed = matched;
+    if (!s.admitted_once) {
+      s.admitted_once = true;
+      s.t_start = Clock::now();
+      s.cached_prompt = matched;
+      st.prompt_tokens += static_cast<uint64_t>(s.n_prompt);
+      if (matched > 0) ++st.prefix_cache_hits;
+    }
+    st.prompt_tokens_computed += static_cast<uint64_t>(n - matched);
+    s.admit_order = ++admit_counter;
+    running.push_back(std::move(waiting.front()));
+    waiting.pop_front();
+    queued.fetch_sub(1);
+  }
+}
+
+void Scheduler::preempt(size_t i) {
+  std::unique_ptr<Seq> s = std::move(running[i]);
+  running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+  if (prefix) prefix->insert(s->table, s->tokens, s->n_computed);
+  cache->release(s->table);
+  s->table = kv::PageTable{};
+  // The tokens already emitted stay in s->tokens and are recomputed with
+  // the prompt on readmission, never emitted twice.
+  s->n_computed = 0;
+  s->step_tokens = 0;
+  ++s->preemptions;
+  ++st.preemptions;
+  queued.fetch_add(1);
+  waiting.push_front(std::move(s));
+}
+
+Status Scheduler::reserve_or_preempt(Seq& s, int64_t n, bool* self_preempted) {
+  *self_preempted = false;
+  while (true) {
+    if (cache->reserve(s.table, n).is_ok()) return Status::ok();
+    const int64_t need = cache->pages_needed(s.table, n);
+    if (prefix && prefix->evict(static_cast<int32_t>(need)) > 0) continue;
+    // Out of pages: preempt the youngest running sequence (possibly `s`).
+    size_t youngest = 0;
+    for (size_t i = 1; i < running.size(); ++i)
+      if (running[i]->admit_order > running[youngest]->admit_order) youngest = i;
+    if (running.empty())
+      return error(Code::kInternal, "engine: KV pool exhausted with no sequence to preempt");
+    const bool is_self = running[youngest].get() == &s;
+    preempt(youngest);
+    if (is_self) {
+      *self_preempted = true;
+      return Status::ok();
+    }
+  }
+}
+
+void Scheduler::sample_and_emit(Seq& s, const float* row) {
+  const int32_t n_vocab = static_cast<int32_t>(engine.model_->config().n_vocab);
+  const Request& req = s.st->req;
+  const int32_t id = s.sampler->sample(row, n_vocab);
+  if (!req.ignore_eos && engine.tok_->is_eog(id)) {
+    finish(s, Finish::kStop);
+    return;
+  }
+  TokenEvent ev;
+  ev.id = id;
+  if (req.logprobs || req.top_logprobs > 0) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int32_t i = 0; i < n_vocab; ++i) mx = std::max(mx, row[i]);
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
+    const float lse = mx + static_cast<float>(std::log(sum));
+    ev.logprob = row[id] - lse;
+    if (req.top_logprobs > 0) {
+      id_scratch.resize(static_cast<size_t>(n_vocab));
+      for (int32_t i = 0; i < n_vocab; ++i) id_scratch[static_cast<size_t>(i)] = i;
+      const auto k = static_cast<std::ptrdiff_t>(std::min(req.top_logprobs, n_vocab));
+      std::partial_sort(id_scratch.begin(), id_scratch.begin() + k, id_scratch.end(),
+                        [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      for (std::ptrdiff_t i = 0; i < k; ++i)
+        ev.top.push_back({id_scratch[static_cast<size_t>(i)], row[id_scratch[static_cast<size_t>(i)]] - lse});
+    }
+  }
+  s.tokens.push_back(id);
+  ++s.n_generated;
+  ++st.generated_tokens;
+  ev.t = Clock::now();
+  if (s.n_generated == 1) s.t_first_token = ev.t;
+  s.st->push_token(std::move(ev));
+  if (s.n_generated >= s.max_new || static_cast<int64_t>(s.tokens.size()) >= cfg().n_ctx)
+    finish(s, Finish::kLength);
+}
+
+bool Scheduler::step() {
+  // Plan: one decode token per sequence that has only its last token left,
+  // then prefill chunks, oldest first, within the token budget.
+  const int64_t budget_total = cfg().batch_tokens;
+  const int64_t chunk = std::min(cfg().batch_tokens, cfg().ubatch_tokens);
+  int64_t budget = budget_total;
+  std::vector<Seq*> plan;
+  std::sort(running.begin(), running.end(),
+            [](const auto& a, const auto& b) { return a->admit_order < b->admit_order; });
+  for (auto& s : running) s->step_tokens = 0;
+  for (auto& s : running) {
+    const int64_t tail = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
+    if (tail == 1 && budget > 0) {
+      s->step_tokens = 1;
+      --budget;
+    }
+  }
+  for (auto& s : running) {
+    const int64_t tail = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
+    if (tail <= 1) continue;
+    int64_t n;
+    if (cfg().deterministic) {
+      // Chunk boundaries fixed by position, whatever else runs.
+      n = std::min(tail, chunk - s->n_computed % chunk);
+    } else {
+      n = std::min(tail, budget);
+    }
+    if (n <= 0) continue;
+    s->step_tokens = n;
+    if (!cfg().deterministic) budget -= n;
+  }
+  // Reserve KV room; running out of pages evicts cached prefixes, then
+  // preempts the youngest sequence.
+  for (size_t i = 0; i < running.size(); ++i) {
+    Seq* s = running[i].get();
+    if (s->step_tokens == 0) continue;
+    bool self = false;
+    Status r = reserve_or_preempt(*s, s->step_tokens, &self);
+    if (!r.is_ok()) {
+      finish(*s, Finish::kError, r);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+      --i;
+      continue;
+    }
+    if (self) {
+      --i;  // `s` left running[]; the next one moved into slot i
+      continue;
+    }
+  }
+  // Sequences preempted above already left running[]; rebuild the plan from
+  // what is still there (a preempted victim that had reserved is gone).
+  for (size_t i = 0; i < running.size(); ++i)
+    if (running[i]->step_tokens > 0) plan.push_back(running[i].get());
+  if (plan.empty()) return false;
+
+  const int64_t n_vocab = engine.model_->config().n_vocab;
+  auto run_batch = [&](const std::vector<Seq*>& seqs) -> Status {
+    batch.tokens.clear();
+    batch.seqs.clear();
+    for (Seq* s : seqs) {
+      const int32_t si = static_cast<int32_t>(batch.seqs.size());
+      batch.seqs.push_back(&s->table);
+      const int64_t end = s->n_computed + s->step_tokens;
+      const bool completes = end == static_cast<int64_t>(s->tokens.size());
+      for (int64_t p = s->n_computed; p < end; ++p)
+        batch.tokens.push_back({s->tokens[static_cast<size_t>(p)], si, p, completes && p == end - 1});
+    }
+    return engine.model_->forward(batch, *cache, ws, *pool, logits.data());
+  };
+  auto after = [&](const std::vector<Seq*>& seqs) {
+    size_t row = 0;
+    for (Seq* s : seqs) {
+      s->n_computed += s->step_tokens;
+      const bool completes = s->n_computed == static_cast<int64_t>(s->tokens.size());
+      s->step_tokens = 0;
+      if (completes) sample_and_emit(*s, logits.data() + row++ * static_cast<size_t>(n_vocab));
+    }
+  };
+  auto fail = [&](const std::vector<Seq*>& seqs, const Status& err) {
+    for (Seq* s : seqs) finish(*s, Finish::kError, err);
+  };
+  if (cfg().deterministic) {
+    for (Seq* s : plan) {
+      std::vector<Seq*> one{s};
+      Status r = run_batch(one);
+      if (!r.is_ok()) fail(one, r); else after(one);
+    }
+  } else {
+    Status r = run_batch(plan);
+    if (!r.is_ok()) fail(plan, r); else after(plan);
+  }
+  ++st.steps;
+  // Drop the sequences that finished this step.
+  running.erase(std::remove_if(running.begin(), running.end(),
+                               [](const auto& s) {
+                                 std::lock_guard<std::mutex> l(s->st->mu);
+                                 return s->st->done;
+                               }),
+                running.end());
+  return true;
+}
+
+void Scheduler::loop() {
+  while (!stopping.load()) {
+    drain_inbox();
+    drop_cancelled();
+    admit();
+    publish_stats();
+    if (running.empty() || !step()) {
+      std::unique_lock<std::mutex> l(waker->mu);
+      waker->cv.wait_for(l, std::chrono::milliseconds(50),
+                         [&] { return waker->pending || stopping.load(); });
+      waker->pending = false;
+      continue;
+    }
+    publish_stats();
+  }
+  // Shutdown: end every request.
+  drain_inbox();
+  for (auto& s : running) finish(*s, Finish::kCancelled);
+  for (auto& s : waiting) finish(*s, Finish::kCancelled);
+  running.clear();
+  waiting.clear();
+  queued.store(0);
+  publish_stats();
+}
+
+}  // namespace sustain::engine

@@ -1,0 +1,101 @@
+// Private to engine/: the step loop (continuous batching with chunked
+// prefill, admission by free KV pages, preemption by recompute) and the
+// sequences it runs. Engine::Impl is this class.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "engine/request_state.h"
+#include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
+
+namespace sustain::engine {
+
+// One request while the engine holds it.
+struct Seq {
+  std::shared_ptr<detail::RequestState> st;
+  std::vector<int32_t> tokens;  // prompt + generated; the last generated one is not computed yet
+  int64_t n_prompt = 0;
+  int64_t n_computed = 0;       // tokens whose K/V are in the cache
+  int32_t n_generated = 0;      // tokens emitted to the client
+  int32_t max_new = 0;          // max_tokens clipped to the context
+  kv::PageTable table;
+  std::optional<sampling::Sampler> sampler;
+  uint64_t admit_order = 0;     // larger = admitted later (the youngest is preempted first)
+  bool admitted_once = false;
+  int64_t cached_prompt = 0;
+  int32_t preemptions = 0;
+  Clock::time_point t_start, t_first_token;
+  int64_t step_tokens = 0;      // tokens planned for the current step
+};
+
+struct Engine::Impl {
+  static Expected<std::unique_ptr<Impl>> create(Engine& e, const kv::KvGeometry& g,
+                                                int64_t pool_tokens);
+  ~Impl();
+  void start();
+  void shutdown();
+
+  Expected<Stream> submit(Request r);
+  void cancel(uint64_t id);
+  EngineStats stats() const;
+  int64_t kv_bytes() const { return static_cast<int64_t>(cache->bytes_allocated()); }
+  int64_t kv_capacity_tokens() const {
+    return int64_t(cache->n_pages()) * cache->geometry().page_tokens;
+  }
+
+ private:
+  explicit Impl(Engine& e) : engine(e) {}
+  void loop();
+  void drain_inbox();
+  void drop_cancelled();
+  void admit();
+  bool step();
+  Status reserve_or_preempt(Seq& s, int64_t n, bool* self_preempted);
+  void preempt(size_t running_index);
+  void sample_and_emit(Seq& s, const float* row);
+  void finish(Seq& s, Finish f, Status err = Status::ok());
+  void publish_stats();
+
+  Engine& engine;
+  const EngineConfig& cfg() const { return engine.config_; }
+
+  std::unique_ptr<ThreadPool> pool;
+  std::optional<kv::KvCache> cache;
+  std::unique_ptr<kv::PrefixCache> prefix;
+  Workspace ws;
+  Batch batch;
+  std::vector<float> logits;
+  std::vector<float> lp_scratch;
+  std::vector<int32_t> id_scratch;
+
+  std::shared_ptr<detail::Waker> waker = std::make_shared<detail::Waker>();
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+
+  // Shared with client threads.
+  std::mutex inbox_mu;
+  std::deque<std::shared_ptr<detail::RequestState>> inbox;
+  std::unordered_map<uint64_t, std::weak_ptr<detail::RequestState>> live;  // by id, under inbox_mu
+  std::atomic<int> queued{0};  // in the inbox or waiting (not yet running)
+  std::atomic<uint64_t> next_id{1};
+  mutable std::mutex stats_mu;
+  EngineStats shared_stats;
+
+  // Loop-thread only.
+  std::deque<std::unique_ptr<Seq>> waiting;
+  std::vector<std::unique_ptr<Seq>> running;
+  uint64_t admit_counter = 0;
+  EngineStats st;  // published to shared_stats after each step
+};
+
+using Scheduler = Engine::Impl;
+
+}  // namespace sustain::engine

@@ -1,0 +1,117 @@
+#include "kv/prefix_cache.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace sustain::kv {
+
+uint64_t PrefixCache::key_of(uint64_t parent, std::span<const int32_t> page_tokens) {
+  // FNV-1a over the parent key and the token ids, then a final avalanche
+  // (splitmix64) so nearby prefixes spread over the map. Collisions are ruled
+  // out by comparing tokens and parent on lookup; 0 is reserved for "no parent".
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(parent);
+  for (int32_t t : page_tokens) mix(static_cast<uint32_t>(t));
+  h += 0x9e3779b97f4a7c15ull;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h ? h : 1;
+}
+
+const PrefixCache::Entry* PrefixCache::find(uint64_t parent, std::span<const int32_t> page_tokens,
+                                            uint64_t* key) const {
+  *key = key_of(parent, page_tokens);
+  auto it = map_.find(*key);
+  if (it == map_.end() || it->second.parent != parent ||
+      !std::equal(page_tokens.begin(), page_tokens.end(), it->second.tokens.begin(),
+                  it->second.tokens.end()))
+    return nullptr;
+  return &it->second;
+}
+
+int64_t PrefixCache::attach(PageTable& t, std::span<const int32_t> tokens, int64_t limit) {
+  SUSTAIN_CHECK(t.pages.empty() && t.n_tokens == 0);
+  const int pt = cache_.geometry().page_tokens;
+  limit = std::min<int64_t>(limit, static_cast<int64_t>(tokens.size()));
+  const uint64_t now = ++clock_;
+  uint64_t parent = 0;
+  for (int64_t p = 0; (p + 1) * pt <= limit; ++p) {
+    uint64_t key = 0;
+    const Entry* e = find(parent, tokens.subspan(static_cast<size_t>(p * pt), pt), &key);
+    if (!e) break;
+    map_[key].last_use = now;
+    cache_.retain(e->page);
+    t.pages.push_back(e->page);
+    t.n_tokens += pt;
+    parent = key;
+  }
+  return t.n_tokens;
+}
+
+void PrefixCache::insert(const PageTable& t, std::span<const int32_t> tokens, int64_t n_computed) {
+  const int pt = cache_.geometry().page_tokens;
+  n_computed = std::min<int64_t>({n_computed, static_cast<int64_t>(tokens.size()), t.n_tokens});
+  const uint64_t now = ++clock_;
+  uint64_t parent = 0;
+  for (int64_t p = 0; (p + 1) * pt <= n_computed; ++p) {
+    auto block = tokens.subspan(static_cast<size_t>(p * pt), pt);
+    const uint64_t key = key_of(parent, block);
+    auto it = map_.find(key);
+    if (it == map_.end()) {
+      Entry e;
+      e.page = t.pages[static_cast<size_t>(p)];
+      e.parent = parent;
+      e.depth = static_cast<int32_t>(p);
+      e.last_use = now;
+      e.tokens.assign(block.begin(), block.end());
+      cache_.retain(e.page);
+      map_.emplace(key, std::move(e));
+    } else if (it->second.parent == parent &&
+               std::equal(block.begin(), block.end(), it->second.tokens.begin(),
+                          it->second.tokens.end())) {
+      it->second.last_use = now;
+    } else {
+      break;  // a 64-bit collision with another prefix: keep the entry there, stop here
+    }
+    parent = key;
+  }
+}
+
+int32_t PrefixCache::evictable() const {
+  int32_t n = 0;
+  for (const auto& [k, e] : map_) n += cache_.page_refcount(e.page) == 1;
+  return n;
+}
+
+int32_t PrefixCache::evict(int32_t n_free) {
+  if (cache_.n_free_pages() >= n_free) return 0;
+  // Oldest first; among equally old entries the deepest first, so a prefix's
+  // tail goes before its head (a head without its tail is still useful).
+  std::vector<std::tuple<uint64_t, int32_t, uint64_t>> order;
+  for (const auto& [k, e] : map_)
+    if (cache_.page_refcount(e.page) == 1) order.emplace_back(e.last_use, -e.depth, k);
+  std::sort(order.begin(), order.end());
+  int32_t freed = 0;
+  for (const auto& [use, neg_depth, key] : order) {
+    if (cache_.n_free_pages() >= n_free) break;
+    auto it = map_.find(key);
+    cache_.unref(it->second.page);
+    map_.erase(it);
+    ++freed;
+  }
+  return freed;
+}
+
+void PrefixCache::clear() {
+  for (auto& [k, e] : map_) cache_.unref(e.page);
+  map_.clear();
+}
+
+}  // namespace sustain::kv

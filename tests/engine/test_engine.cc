@@ -1,0 +1,340 @@
+// The engine over a real (synthetic) GGUF model: one request against a
+// direct forward loop, many concurrent requests, prefix reuse, preemption
+// under a small KV pool, cancellation, queue limits and request validation.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "engine/api.h"
+#include "test_util.h"
+#include "tools/presets.h"
+#include "tools/synth.h"
+
+namespace sustain::engine {
+namespace {
+
+using test::tmp_path;
+
+// tiny-llama shaped model (3 layers, d=256, GQA 8/2, vocab 512), F32 weights
+// so that results do not depend on how a batch is tiled.
+const std::string& model_path(tools::FileType type = tools::FileType::kF32) {
+  static std::mutex mu;
+  static std::map<tools::FileType, std::string> paths;
+  std::lock_guard<std::mutex> l(mu);
+  auto it = paths.find(type);
+  if (it != paths.end()) return it->second;
+  const std::string path = tmp_path("engine_tiny_" + std::to_string(int(type)) + ".gguf");
+  ThreadPool pool(2);
+  tools::SynthOptions opt;
+  opt.type = type;
+  auto r = tools::synth_model(*tools::find_preset("tiny-llama"), path, opt, pool);
+  EXPECT_TRUE(r.has_value()) << r.status().message();
+  return paths[type] = path;
+}
+
+EngineConfig base_config() {
+  EngineConfig c;
+  c.model_path = model_path();
+  c.n_threads = 2;
+  c.n_ctx = 1024;
+  return c;
+}
+
+std::unique_ptr<Engine> make(const EngineConfig& c) {
+  auto e = Engine::create(c);
+  EXPECT_TRUE(e.has_value()) << e.status().message();
+  return e ? std::move(*e) : nullptr;
+}
+
+std::vector<int32_t> prompt_of(int n, uint32_t seed) {
+  std::vector<int32_t> p;
+  uint32_t x = seed * 2654435761u + 1;
+  for (int i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    p.push_back(static_cast<int32_t>(3 + (x >> 8) % 500));  // skip BOS/EOS/UNK ids
+  }
+  return p;
+}
+
+Request greedy(std::vector<int32_t> prompt, int n) {
+  Request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = n;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;
+  return r;
+}
+
+std::vector<int32_t> ids(const Event& e) {
+  std::vector<int32_t> v;
+  for (const auto& t : e.tokens) v.push_back(t.id);
+  return v;
+}
+
+// Greedy decoding with Model::forward directly: the prompt in one call, then
+// one token per call — the shapes an engine with one request uses.
+std::vector<int32_t> direct_greedy(const std::string& path, const std::vector<int32_t>& prompt,
+                                   int n) {
+  auto model = Model::load(path);
+  EXPECT_TRUE(model.has_value());
+  auto cache = kv::KvCache::create((*model)->kv_geometry(), 1024);
+  EXPECT_TRUE(cache.has_value());
+  ThreadPool pool(2);
+  Workspace ws = (*model)->make_workspace(512, 2);
+  const int n_vocab = static_cast<int>((*model)->config().n_vocab);
+  std::vector<float> logits(n_vocab);
+  kv::PageTable t;
+  std::vector<int32_t> out, feed = prompt;
+  for (int i = 0; i < n; ++i) {
+    const int64_t start = t.n_tokens;
+    EXPECT_TRUE(cache->reserve(t, static_cast<int64_t>(feed.size())).is_ok());
+    Batch b;
+    b.seqs = {&t};
+    for (size_t j = 0; j < feed.size(); ++j)
+      b.tokens.push_back({feed[j], 0, start + static_cast<int64_t>(j), j + 1 == feed.size()});
+    EXPECT_TRUE((*model)->forward(b, *cache, ws, pool, logits.data()).is_ok());
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    feed = {next};
+  }
+  return out;
+}
+
+TEST(Engine, OneRequestMatchesDirectForward) {
+  auto e = make(base_config());
+  ASSERT_TRUE(e);
+  const auto prompt = prompt_of(40, 1);
+  auto s = e->submit(greedy(prompt, 12));
+  ASSERT_TRUE(s.has_value()) << s.status().message();
+  Event ev = s->wait();
+  EXPECT_EQ(ev.finish, Finish::kLength);
+  EXPECT_EQ(ev.usage.prompt_tokens, 40);
+  EXPECT_EQ(ev.usage.completion_tokens, 12);
+  EXPECT_EQ(ids(ev), direct_greedy(model_path(), prompt, 12));
+  // Timestamps are ordered: submit <= first token <= each token <= end.
+  EXPECT_LE(ev.t_submit, ev.t_first_token);
+  for (size_t i = 1; i < ev.tokens.size(); ++i) EXPECT_LE(ev.tokens[i - 1].t, ev.tokens[i].t);
+  EXPECT_LE(ev.tokens.back().t, ev.t_end);
+}
+
+TEST(Engine, ConcurrentRequestsFromManyThreadsEachMatchTheirSoloRun) {
+  EngineConfig c = base_config();
+  c.n_parallel = 4;
+  c.batch_tokens = 64;  // long prompts are prefilled in chunks beside decoding streams
+  c.deterministic = true;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  constexpr int kClients = 8;
+  std::vector<std::vector<int32_t>> prompts, got(kClients);
+  for (int i = 0; i < kClients; ++i) prompts.push_back(prompt_of(i % 2 ? 150 : 9, 100 + i));
+  std::vector<std::thread> th;
+  for (int i = 0; i < kClients; ++i) {
+    th.emplace_back([&, i] {
+      auto s = e->submit(greedy(prompts[i], 10));
+      ASSERT_TRUE(s.has_value());
+      // Read incrementally, as a streaming client does.
+      while (true) {
+        auto ev = s->next(std::chrono::milliseconds(5000));
+        ASSERT_TRUE(ev.has_value()) << "no event in 5 s";
+        for (auto& t : ev->tokens) got[i].push_back(t.id);
+        if (ev->done) {
+          EXPECT_EQ(ev->finish, Finish::kLength);
+          break;
+        }
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(got[i].size(), 10u);
+    EXPECT_EQ(got[i], direct_greedy(model_path(), prompts[i], 10)) << "client " << i;
+  }
+  const EngineStats st = e->stats();
+  EXPECT_EQ(st.requests_finished, uint64_t(kClients));
+  EXPECT_EQ(st.generated_tokens, uint64_t(kClients * 10));
+  EXPECT_EQ(st.ttft.count, uint64_t(kClients));
+}
+
+TEST(Engine, PrefixReuseComputesOnlyTheNewTailWithIdenticalLogits) {
+  EngineConfig c = base_config();
+  c.n_ctx = 8192;
+  const auto shared = prompt_of(4096, 7);
+  auto with_tail = [&](uint32_t seed) {
+    auto p = shared;
+    auto t = prompt_of(50, seed);
+    p.insert(p.end(), t.begin(), t.end());
+    return p;
+  };
+  auto run = [](Engine& e, std::vector<int32_t> p) {
+    Request r = greedy(std::move(p), 4);
+    r.logprobs = true;
+    r.top_logprobs = 20;
+    auto s = e.submit(r);
+    EXPECT_TRUE(s.has_value());
+    return s->wait();
+  };
+  // Cold: no prefix cache.
+  c.prefix_cache = false;
+  auto cold = make(c);
+  ASSERT_TRUE(cold);
+  const Event cold_b = run(*cold, with_tail(2));
+  cold.reset();
+
+  c.prefix_cache = true;
+  auto warm = make(c);
+  ASSERT_TRUE(warm);
+  const Event a = run(*warm, with_tail(1));
+  EXPECT_EQ(a.usage.cached_prompt_tokens, 0);
+  const uint64_t computed_before = warm->stats().prompt_tokens_computed;
+  const Event b = run(*warm, with_tail(2));
+  const EngineStats st = warm->stats();
+  EXPECT_EQ(b.usage.cached_prompt_tokens, 4096);
+  EXPECT_EQ(st.prompt_tokens_computed - computed_before, 50u) << "only the new tail is computed";
+  EXPECT_EQ(st.prefix_cache_hits, 1u);
+  // Identical to the cold run: the same tokens and the same logprobs of the
+  // top 20 candidates (log-softmax of the raw logits) at every step.
+  ASSERT_EQ(ids(b), ids(cold_b));
+  for (size_t i = 0; i < b.tokens.size(); ++i) {
+    ASSERT_EQ(b.tokens[i].top.size(), cold_b.tokens[i].top.size());
+    for (size_t k = 0; k < b.tokens[i].top.size(); ++k) {
+      EXPECT_EQ(b.tokens[i].top[k].id, cold_b.tokens[i].top[k].id);
+      EXPECT_EQ(b.tokens[i].top[k].logprob, cold_b.tokens[i].top[k].logprob);
+    }
+  }
+}
+
+TEST(Engine, PreemptsUnderASmallKvPoolAndEveryRequestStillCompletesCorrectly) {
+  EngineConfig c = base_config();
+  c.n_ctx = 256;
+  c.n_parallel = 4;
+  c.kv_tokens = 320;  // 10 pages: four sequences growing to ~200 tokens cannot all fit
+  c.deterministic = true;
+  c.prefix_cache = false;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<Stream> streams;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(prompt_of(60, 300 + i));
+    auto s = e->submit(greedy(prompts.back(), 120));
+    ASSERT_TRUE(s.has_value());
+    streams.push_back(std::move(*s));
+  }
+  int preempted = 0;
+  for (int i = 0; i < 4; ++i) {
+    Event ev = streams[i].wait();
+    EXPECT_EQ(ev.finish, Finish::kLength);
+    EXPECT_EQ(ids(ev), direct_greedy(model_path(), prompts[i], 120)) << "request " << i;
+    preempted += ev.usage.preemptions;
+  }
+  EXPECT_GT(preempted, 0);
+  EXPECT_EQ(e->stats().preemptions, uint64_t(preempted));
+  EXPECT_EQ(e->stats().kv_pages_used, 0);
+}
+
+TEST(Engine, CancelAndDroppedStreamsFreeTheirPages) {
+  EngineConfig c = base_config();
+  c.prefix_cache = false;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  auto s = e->submit(greedy(prompt_of(100, 5), 900));
+  ASSERT_TRUE(s.has_value());
+  auto first = s->next(std::chrono::milliseconds(10000));
+  ASSERT_TRUE(first.has_value());
+  e->cancel(s->id());
+  Event rest = s->wait();
+  EXPECT_EQ(rest.finish, Finish::kCancelled);
+  EXPECT_LT(rest.usage.completion_tokens, 900);
+  {
+    auto d = e->submit(greedy(prompt_of(100, 6), 900));
+    ASSERT_TRUE(d.has_value());
+    ASSERT_TRUE(d->next(std::chrono::milliseconds(10000)).has_value());
+  }  // dropped mid-stream
+  for (int i = 0; i < 200 && (e->stats().running > 0 || e->stats().kv_pages_used > 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(e->stats().running, 0);
+  EXPECT_EQ(e->stats().kv_pages_used, 0);
+  EXPECT_EQ(e->stats().requests_cancelled, 2u);
+}
+
+TEST(Engine, FullQueueIsRejectedAtOnce) {
+  EngineConfig c = base_config();
+  c.max_queue = 2;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  std::vector<Stream> keep;
+  int rejected = 0;
+  for (int i = 0; i < 8; ++i) {
+    auto s = e->submit(greedy(prompt_of(20, 40 + i), 500));
+    if (s) {
+      keep.push_back(std::move(*s));
+    } else {
+      EXPECT_EQ(s.status().code(), Code::kUnavailable);
+      EXPECT_NE(s.status().message().find("queue is full"), std::string::npos);
+      ++rejected;
+    }
+  }
+  EXPECT_GE(rejected, 5);  // one may already run, two wait
+  EXPECT_EQ(e->stats().requests_rejected, uint64_t(rejected));
+}
+
+TEST(Engine, BadRequestsNameTheProblem) {
+  auto e = make(base_config());
+  ASSERT_TRUE(e);
+  auto msg = [&](Request r) {
+    auto s = e->submit(std::move(r));
+    EXPECT_FALSE(s.has_value());
+    return s ? std::string() : s.status().message();
+  };
+  EXPECT_NE(msg(greedy({}, 4)).find("empty"), std::string::npos);
+  EXPECT_NE(msg(greedy({1, 512}, 4)).find("token 512 at index 1 is outside the vocabulary"),
+            std::string::npos);
+  const std::string over = msg(greedy(prompt_of(1024, 1), 4));
+  EXPECT_NE(over.find("1024 tokens"), std::string::npos) << over;
+  EXPECT_NE(over.find("context is 1024"), std::string::npos) << over;
+  EXPECT_NE(msg(greedy({1, 2}, 0)).find("max_tokens"), std::string::npos);
+  Request r = greedy({1, 2}, 4);
+  r.sampling.top_p = 1.5f;
+  EXPECT_NE(msg(r).find("top_p"), std::string::npos);
+  r = greedy({1, 2}, 4);
+  r.top_logprobs = 99;
+  EXPECT_NE(msg(r).find("top_logprobs"), std::string::npos);
+}
+
+TEST(Engine, KvBudgetTooSmallGivesBytesAndLargestContext) {
+  EngineConfig c = base_config();
+  c.n_ctx = 4096;
+  // tiny-llama f16 KV: 3 layers × 2 heads × (32 + 32) × 2 bytes = 768 bytes per token.
+  c.kv_budget_bytes = 768 * 1000;
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.has_value());
+  const std::string m = e.status().message();
+  EXPECT_NE(m.find("largest context that fits is 992 tokens"), std::string::npos) << m;
+  EXPECT_NE(m.find(std::to_string(768 * 4096)), std::string::npos) << m;
+  c.kv_budget_bytes = 768 * 4096;
+  auto ok = Engine::create(c);
+  ASSERT_TRUE(ok.has_value()) << ok.status().message();
+  EXPECT_EQ((*ok)->kv_bytes(), 768 * 4096);
+  EXPECT_EQ((*ok)->kv_capacity_tokens(), 4096);
+}
+
+TEST(Engine, QuantizedKvAndWeightsRun) {
+  EngineConfig c = base_config();
+  c.model_path = model_path(tools::FileType::kQ4_K_M);
+  c.k_type = QType::Q8_0;
+  c.v_type = QType::Q4_0;
+  c.n_parallel = 2;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  auto a = e->submit(greedy(prompt_of(30, 1), 8));
+  auto b = e->submit(greedy(prompt_of(70, 2), 8));
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->wait().usage.completion_tokens, 8);
+  EXPECT_EQ(b->wait().usage.completion_tokens, 8);
+}
+
+}  // namespace
+}  // namespace sustain::engine
