@@ -141,7 +141,9 @@ struct Histogram {
 
 struct EngineStats {
   int running = 0, waiting = 0;
-  int32_t kv_pages_total = 0, kv_pages_used = 0, kv_pages_cached = 0;  // cached: held only by the prefix cache
+  // used: held by requests; cached: held only by the prefix cache (free to
+  // evict); the rest are free.
+  int32_t kv_pages_total = 0, kv_pages_used = 0, kv_pages_cached = 0;
   int page_tokens = 0;
   uint64_t requests_submitted = 0, requests_finished = 0, requests_rejected = 0, requests_cancelled = 0;
   uint64_t prompt_tokens = 0;         // prompt tokens admitted

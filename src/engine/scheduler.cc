@@ -103,8 +103,8 @@ EngineStats Scheduler::stats() const {
 void Scheduler::publish_stats() {
   st.running = static_cast<int>(running.size());
   st.waiting = queued.load();
-  st.kv_pages_used = cache->n_pages() - cache->n_free_pages();
   st.kv_pages_cached = prefix ? prefix->evictable() : 0;
+  st.kv_pages_used = cache->n_pages() - cache->n_free_pages() - st.kv_pages_cached;
   std::lock_guard<std::mutex> l(stats_mu);
   const uint64_t rejected = shared_stats.requests_rejected;
   const uint64_t submitted = shared_stats.requests_submitted;
@@ -194,7 +194,9 @@ void Scheduler::admit() {
     const int64_t matched = prefix ? prefix->attach(s.table, s.tokens, n - 1) : 0;
     const int64_t need = cache->pages_needed(s.table, n - matched);
     const int64_t avail = cache->n_free_pages() + (prefix ? prefix->evictable() : 0);
-    if (need > avail && !running.empty()) {
+    // Keep a page of growth for each running sequence, so a sequence just
+    // preempted is not readmitted only to be preempted again at once.
+    if (need + static_cast<int64_t>(running.size()) > avail && !running.empty()) {
       cache->release(s.table);  // not yet: wait for running sequences to free pages
       break;
     }
