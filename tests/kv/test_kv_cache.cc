@@ -238,3 +238,39 @@ INSTANTIATE_TEST_SUITE_P(AllWritable, KvStoreFormat, ::testing::ValuesIn(kv_form
 
 }  // namespace
 }  // namespace sustain::kv
+
+namespace sustain::kv {
+namespace {
+
+// Issue 4: a 262144-token context of q4_0 K and V for smollm2-135m's shape
+// (30 layers, 3 KV heads, head dim 64) is allocated exactly as the formula
+// says — 2 × 30 × 3 × 64 × (18 / 32) bytes = 6480 bytes per token — and
+// its last position can be written and read back.
+TEST(KvCache, SmolLm2At262144TokensOfQ4_0IsExactlyTheFormula) {
+  KvGeometry g;
+  g.n_layer = 30;
+  g.n_head_kv = 3;
+  g.head_dim_k = g.head_dim_v = 64;
+  g.k_type = g.v_type = QType::Q4_0;
+  ASSERT_EQ(g.bytes_per_token(), 6480u);
+  auto c = KvCache::create(g, 262144);
+  if (!c.has_value() && c.status().code() == Code::kOutOfMemory)
+    GTEST_SKIP() << "not enough memory here: " << c.status().message();
+  ASSERT_TRUE(c.has_value()) << c.status().message();
+  EXPECT_EQ(c->bytes_allocated(), size_t{262144} * 6480);
+  EXPECT_EQ(c->bytes_allocated(), g.pool_bytes(262144));
+  PageTable t;
+  ASSERT_TRUE(c->reserve(t, 262144).is_ok());
+  EXPECT_EQ(c->n_free_pages(), 0);
+  std::vector<float> k(3 * 64), v(3 * 64), back(64);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = std::sin(0.1f * float(i));
+    v[i] = std::cos(0.1f * float(i));
+  }
+  c->store(t, 29, 262143, k.data(), v.data());
+  qtype_traits(QType::Q4_0).dequantize(c->k_row(t, 29, 2, 262143), back.data(), 64);
+  for (int i = 0; i < 64; ++i) EXPECT_NEAR(back[i], k[128 + i], 0.15f);
+}
+
+}  // namespace
+}  // namespace sustain::kv
