@@ -1,10 +1,12 @@
-// Decode attention for smollm2-135m's geometry (30 layers, 9 query heads,
-// 3 KV heads, head dim 64) at 4K / 16K / 32K tokens of context on 2 threads:
-// time per decode token (all 30 layers) and the KV bandwidth it achieves.
+// Attention for smollm2-135m's geometry (30 layers, 9 query heads, 3 KV
+// heads, head dim 64) on 2 threads, K/V in every format attend() reads:
+// decode (one query) at 4K / 16K / 32K tokens of context, and a 512-token
+// prefill chunk at 16K, as ms per layer and the KV bandwidth achieved.
 // ReadBandwidth, in the same run, is the bound to hold it against (PERF.md:
 // only ratios taken side by side count on these machines).
 //
 //   bench_attention --benchmark_repetitions=5 --benchmark_report_aggregates_only
+//   bench_attention --benchmark_filter='Decode.*/16384/32/1/'  (one depth, every format)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -12,9 +14,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <ctime>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -84,61 +88,102 @@ Setup& setup(QType type, int page_tokens, int64_t ctx) {
   return fresh;
 }
 
-// args: context, page tokens, split (0 off, 1 auto), K/V type (0 F16, 1 Q8_0, 2 BF16)
-void BM_DecodeAttention(benchmark::State& state) {
-  const int64_t ctx = state.range(0);
-  const int page_tokens = static_cast<int>(state.range(1));
-  const QType type = state.range(3) == 1   ? QType::Q8_0
-                     : state.range(3) == 2 ? QType::BF16
-                                           : QType::F16;
-  Setup& s = setup(type, page_tokens, ctx);
+// Every KV format attend() reads (K and V the same), by benchmark argument.
+constexpr QType kTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0,    QType::Q4_0,
+                            QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::FP8_E4M3};
+
+attention::AttnParams bench_params(bool split) {
   attention::AttnParams p;
   p.n_head = kHeads;
   p.n_head_kv = kHeadsKv;
   p.head_dim_k = p.head_dim_v = kHeadDim;
   p.scale = 0.125f;
-  p.split_kv = state.range(2) ? attention::SplitKv::kAuto : attention::SplitKv::kOff;
+  p.split_kv = split ? attention::SplitKv::kAuto : attention::SplitKv::kOff;
+  return p;
+}
+
+// Times `layers` attend() calls per iteration (one per layer, as a forward
+// pass makes them) and reports per-layer and per-token figures.
+template <class Fn>
+void time_layers(benchmark::State& state, const Setup& s, int64_t ctx, int layers, Fn&& fn) {
+  double seconds = 0.0;
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int layer = 0; layer < layers; ++layer) fn(layer);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double cpu = process_cpu_seconds() - cpu0;
+  const double bytes = double(ctx) * s.cache->geometry().bytes_per_token() / kLayers * layers;
+  const double n = double(state.iterations());
+  state.counters["ms_per_layer"] = 1e3 * seconds / n / layers;
+  state.counters["KV_MB"] = bytes / 1e6;
+  state.counters["KV_GBps"] = bytes * n / seconds / 1e9;
+  // The same from CPU time: what kThreads cores of their own would reach. On
+  // a shared VM (other jobs running) wall time overstates the cost, and the
+  // pool's barrier waits for the slowest thread's time slice.
+  state.counters["cpu_ms_per_layer"] = 1e3 * cpu / kThreads / n / layers;
+  state.counters["KV_GBps_cpu"] = bytes * n / (cpu / kThreads) / 1e9;
+}
+
+// Decode (one query token) over all kLayers layers.
+// args: context, page tokens, split (0 off, 1 auto), format (index in kTypes)
+void BM_DecodeAttention(benchmark::State& state) {
+  const int64_t ctx = state.range(0);
+  const int page_tokens = static_cast<int>(state.range(1));
+  const QType type = kTypes[state.range(3)];
+  Setup& s = setup(type, page_tokens, ctx);
+  const attention::AttnParams p = bench_params(state.range(2) != 0);
   const std::vector<attention::QueryInfo> queries = {{&s.table, ctx}};
   std::vector<float> q(kHeads * kHeadDim), out(kHeads * kHeadDim);
   std::mt19937 rng(2);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (float& x : q) x = nd(rng);
   Buffer scratch = aligned_buffer(attention::attention_scratch_bytes(p, 1, kThreads));
-  double seconds = 0.0;
-  const double cpu0 = process_cpu_seconds();
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int layer = 0; layer < kLayers; ++layer) {
-      attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
-    }
+  time_layers(state, s, ctx, kLayers, [&](int layer) {
+    attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
     benchmark::DoNotOptimize(out.data());
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  const double cpu = process_cpu_seconds() - cpu0;
-  const double bytes = double(ctx) * s.cache->geometry().bytes_per_token();
-  const double n = double(state.iterations());
-  state.counters["ms_per_token"] = 1e3 * seconds / n;
-  state.counters["KV_MB"] = bytes / 1e6;
-  state.counters["KV_GBps"] = bytes * n / seconds / 1e9;
-  // The same from CPU time: what kThreads cores of their own would reach. On
-  // a shared VM (other jobs running) wall time overstates the cost, and the
-  // pool's barrier waits for the slowest thread's time slice.
-  state.counters["cpu_ms_per_token"] = 1e3 * cpu / kThreads / n;
-  state.counters["KV_GBps_cpu"] = bytes * n / (cpu / kThreads) / 1e9;
+  });
   state.SetLabel(std::string(qtype_name(type)) + (state.range(2) ? " split" : " nosplit"));
 }
 
 void DecodeArgs(benchmark::internal::Benchmark* b) {
-  for (int64_t ctx : {4096, 16384, 32768}) b->Args({ctx, 32, 1, 0});
-  b->Args({16384, 32, 0, 0});  // no split-KV: one item per KV head
-  b->Args({16384, 16, 1, 0});  // page size
-  b->Args({16384, 256, 1, 0});
-  b->Args({4096, 32, 1, 1});  // Q8_0 K/V
-  b->Args({16384, 32, 1, 1});
-  b->Args({16384, 32, 1, 2});  // BF16 K/V
+  for (int t = 0; t < int(std::size(kTypes)); ++t)
+    for (int64_t ctx : {4096, 16384, 32768}) b->Args({ctx, 32, 1, t});
+  b->Args({16384, 32, 0, 1});  // no split-KV: one item per KV head
+  b->Args({16384, 16, 1, 1});  // page size
+  b->Args({16384, 256, 1, 1});
 }
 BENCHMARK(BM_DecodeAttention)
     ->Apply(DecodeArgs)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+// A prefill chunk at depth: kPrefill consecutive query tokens at the end of
+// a context of `ctx` tokens (causal), over kPrefillLayers layers.
+// args: context, format (index in kTypes)
+constexpr int kPrefill = 512, kPrefillLayers = 2;
+void BM_PrefillAttention(benchmark::State& state) {
+  const int64_t ctx = state.range(0);
+  const QType type = kTypes[state.range(1)];
+  Setup& s = setup(type, 32, ctx);
+  const attention::AttnParams p = bench_params(true);
+  std::vector<attention::QueryInfo> queries;
+  for (int64_t i = 0; i < kPrefill; ++i) queries.push_back({&s.table, ctx - kPrefill + i + 1});
+  std::vector<float> q(size_t(kPrefill) * kHeads * kHeadDim), out(q.size());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : q) x = nd(rng);
+  Buffer scratch = aligned_buffer(attention::attention_scratch_bytes(p, kPrefill, kThreads));
+  time_layers(state, s, ctx, kPrefillLayers, [&](int layer) {
+    attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
+    benchmark::DoNotOptimize(out.data());
+  });
+  state.SetLabel(std::string(qtype_name(type)) + " prefill " + std::to_string(kPrefill));
+}
+BENCHMARK(BM_PrefillAttention)
+    ->ArgsProduct({{16384}, {0, 1, 2, 3, 4, 5, 6, 7, 8}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

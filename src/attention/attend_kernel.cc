@@ -1,10 +1,14 @@
 // The attention work-item kernel (kernel.h) in Highway, compiled for every
-// target and picked at run time. K and V rows stored as F32, F16, BF16 or
-// Q8_0 are read in place and converted in registers (Q8_0 K on AVX-512 VNNI:
-// dotted in int8 with a once-quantized q; Q8_0 V: codes × p · scale); other
-// formats are converted a tile of rows at a time into a small f32 buffer.
+// target and picked at run time. K and V rows stored as F32, F16, BF16,
+// FP8_E4M3, Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 are read in place and converted
+// in registers (on every target, AVX2 included). On AVX-512 VNNI the block
+// formats go integer: K dotted with a once-quantized int8 q (vpdpbusd), V
+// accumulated as codes × int16 softmax weights (vpdpwssd). Other formats
+// (and mixed K/V formats' V) are converted a tile of rows at a time into a
+// small f32 buffer.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -78,11 +82,138 @@ struct Q8Rows {
   }
 };
 
+// The f16 scale `h` broadcast to every lane as f32 (F16C / vector convert,
+// not the scalar f16_to_f32).
+template <class D>
+HWY_INLINE hn::Vec<D> F16Scale(D d, uint16_t h) {
+  const hn::Rebind<uint16_t, D> du16;
+  const hn::Rebind<hwy::float16_t, D> dh;
+  return hn::PromoteTo(d, hn::BitCast(dh, hn::Set(du16, h)));
+}
+
+// The 4-bit codes of elements [e, e + Lanes) of a 32-element block (e % 32
+// + Lanes <= 16 or e >= 16 within the block: a vector never spans the low
+// and high nibble halves) as u32 lanes: low nibbles hold elements 0..15,
+// high nibbles 16..31 (tensor/quant_legacy.cc unpack_codes).
+template <class D>
+HWY_INLINE hn::Vec<hn::Rebind<uint32_t, D>> Nibbles(D, const uint8_t* qs, size_t e) {
+  const hn::Rebind<uint8_t, D> du8;
+  const hn::Rebind<uint32_t, D> du32;
+  auto x = hn::PromoteTo(du32, hn::LoadU(du8, qs + (e & 15)));
+  if (e >= 16) x = hn::ShiftRight<4>(x);
+  return hn::And(x, hn::Set(du32, 15u));
+}
+// Bit 4 of elements [e, e + Lanes) of a Q5 block: bit j of the block's qh.
+template <class D>
+HWY_INLINE hn::Vec<hn::Rebind<uint32_t, D>> HighBits(D, const uint8_t* qh, size_t e) {
+  const hn::Rebind<uint32_t, D> du32;
+  uint32_t bits;
+  std::memcpy(&bits, qh, sizeof(bits));
+  const auto v = hn::Shr(hn::Set(du32, bits >> e), hn::Iota(du32, 0));
+  return hn::ShiftLeft<4>(hn::And(v, hn::Set(du32, 1u)));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> CodesToF32(D d, hn::Vec<hn::Rebind<uint32_t, D>> u) {
+  const hn::Rebind<int32_t, D> di32;
+  return hn::ConvertTo(d, hn::BitCast(di32, u));
+}
+
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 dequantized in registers (Lanes <= 16).
+struct Q4_0Rows {
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, size_t c) {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + c / kQK;
+    const auto sc = F16Scale(d, b->d);
+    const auto x = CodesToF32(d, Nibbles(d, b->qs, c % kQK));
+    return hn::Mul(hn::Sub(x, hn::Set(d, 8.0f)), sc);
+  }
+};
+struct Q4_1Rows {
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, size_t c) {
+    const auto* b = reinterpret_cast<const BlockQ4_1*>(row) + c / kQK;
+    const auto x = CodesToF32(d, Nibbles(d, b->qs, c % kQK));
+    return hn::MulAdd(x, F16Scale(d, b->d), F16Scale(d, b->m));
+  }
+};
+struct Q5_0Rows {
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, size_t c) {
+    const auto* b = reinterpret_cast<const BlockQ5_0*>(row) + c / kQK;
+    const size_t e = c % kQK;
+    const auto x = CodesToF32(d, hn::Or(Nibbles(d, b->qs, e), HighBits(d, b->qh, e)));
+    return hn::Mul(hn::Sub(x, hn::Set(d, 16.0f)), F16Scale(d, b->d));
+  }
+};
+struct Q5_1Rows {
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, size_t c) {
+    const auto* b = reinterpret_cast<const BlockQ5_1*>(row) + c / kQK;
+    const size_t e = c % kQK;
+    const auto x = CodesToF32(d, hn::Or(Nibbles(d, b->qs, e), HighBits(d, b->qh, e)));
+    return hn::MulAdd(x, F16Scale(d, b->d), F16Scale(d, b->m));
+  }
+};
+// FP8 E4M3 (bias 7, no infinities, 0x7f / 0xff NaN): the exponent and
+// mantissa bits moved into an f32's (e << 23 | m << 20) and scaled by 2^120,
+// which also gives subnormals (m · 2^-9) exactly.
+struct Fp8Rows {
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, size_t c) {
+    const hn::Rebind<uint8_t, D> du8;
+    const hn::Rebind<uint32_t, D> du32;
+    const auto x = hn::PromoteTo(du32, hn::LoadU(du8, row + c));
+    const auto em = hn::And(x, hn::Set(du32, 0x7fu));
+    const auto mag = hn::Mul(hn::BitCast(d, hn::ShiftLeft<20>(em)), hn::Set(d, 0x1p120f));
+    const auto sign = hn::BitCast(d, hn::ShiftLeft<24>(hn::And(x, hn::Set(du32, 0x80u))));
+    const auto v = hn::Or(mag, sign);
+    const auto nan = hn::RebindMask(d, hn::Eq(em, hn::Set(du32, 0x7fu)));
+    return hn::IfThenElse(nan, hn::Set(d, std::numeric_limits<float>::quiet_NaN()), v);
+  }
+};
+
+// Calls fn(RowsType) for the row reader of `type` (F32Rows for formats
+// without one: they are staged through the generic dequantizer).
+template <class Fn>
+HWY_INLINE void WithRows(QType type, Fn&& fn) {
+  switch (type) {
+    case QType::F16: return fn(F16Rows());
+    case QType::BF16: return fn(BF16Rows());
+    case QType::Q8_0: return fn(Q8Rows());
+    case QType::Q4_0: return fn(Q4_0Rows());
+    case QType::Q4_1: return fn(Q4_1Rows());
+    case QType::Q5_0: return fn(Q5_0Rows());
+    case QType::Q5_1: return fn(Q5_1Rows());
+    case QType::FP8_E4M3: return fn(Fp8Rows());
+    default: return fn(F32Rows());
+  }
+}
+
+// Rows of a format with a row reader converted to f32, n rows of dim.
+template <class RF, class D>
+void StageWith(D d, const uint8_t* src, size_t row_bytes, int n, int dim, float* dst) {
+  const size_t N = hn::Lanes(d);
+  for (int j = 0; j < n; ++j)
+    for (size_t c = 0; c < size_t(dim); c += N)
+      hn::StoreU(RF::Load(d, src + j * row_bytes, c), d, dst + size_t(j) * dim + c);
+}
+
 // Converts n rows of `dim` elements of `type` (row_bytes apart) to f32 rows
 // of `dim` floats: the tile buffer for formats not read in place.
 template <class D>
 void StageRows(D d, QType type, const uint8_t* src, size_t row_bytes, int n, int dim, float* dst) {
   const size_t N = hn::Lanes(d);
+  if (hn::MaxLanes(d) <= 16 && type != QType::F32) {
+    bool done = false;
+    WithRows(type, [&](auto rows) {
+      using RF = decltype(rows);
+      if constexpr (!std::is_same_v<RF, F32Rows>) {
+        StageWith<RF>(d, src, row_bytes, n, dim, dst);
+        done = true;
+      }
+    });
+    if (done) return;
+  }
   if (type == QType::BF16) {
     const hn::Rebind<hwy::bfloat16_t, D> db;
     for (int j = 0; j < n; ++j) {
@@ -416,6 +547,263 @@ HWY_NOINLINE void ScoreRowsQ8(const Q8Query* q, const uint8_t* krows, size_t kst
     }
   }
 }
+// The 4/5-bit K formats on VNNI: their codes are unsigned, so they are the
+// u8 operand of vpdpbusd against the int8 q directly. Per block b of key t:
+// q·k = d_q d_t (sum code·q - kOffset·sum q) (+ m_t d_q sum q for the
+// formats with a minimum). Four keys at a time, one key per 128-bit lane:
+// the low nibbles (elements 0..15) against q's first 16 codes, the high
+// nibbles against the next 16; the integer dots are scaled per block into
+// f32 accumulators and reduced once per four keys.
+inline const uint8_t* HighOf(const BlockQ5_0& b) { return b.qh; }
+inline const uint8_t* HighOf(const BlockQ5_1& b) { return b.qh; }
+inline uint16_t MinOf(const BlockQ4_1& b) { return b.m; }
+inline uint16_t MinOf(const BlockQ5_1& b) { return b.m; }
+
+template <int R, class Blk, int kOffset, bool kMin, bool kHigh>
+HWY_NOINLINE void ScoreRowsQ4(const Q8Query* q, const uint8_t* krows, size_t kstride, int n,
+                              int dk, float* const* scores, const Prefetch& pf) {
+  const int nb = dk / kQK;
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    PrefetchQ8(pf, j, 4);
+    const uint8_t* k0 = krows + j * kstride;
+    __m512 acc[R];
+    __m128 mins[R];
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm512_setzero_ps();
+      mins[r] = _mm_setzero_ps();
+    }
+    for (int b = 0; b < nb; ++b) {
+      const Blk* bt[4];
+      for (int t = 0; t < 4; ++t) bt[t] = reinterpret_cast<const Blk*>(k0 + t * kstride) + b;
+      __m512i x = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bt[0]->qs)));
+      x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(bt[1]->qs)), 1);
+      x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(bt[2]->qs)), 2);
+      x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(bt[3]->qs)), 3);
+      __m512i lo = _mm512_and_si512(x, nib);
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), nib);
+      if constexpr (kHigh) {
+        uint64_t mlo = 0, mhi = 0;
+        for (int t = 0; t < 4; ++t) {
+          uint32_t h;
+          std::memcpy(&h, HighOf(*bt[t]), sizeof(h));
+          mlo |= uint64_t(h & 0xffffu) << (16 * t);
+          mhi |= uint64_t(h >> 16) << (16 * t);
+        }
+        const __m512i bit4 = _mm512_set1_epi8(16);
+        lo = _mm512_mask_add_epi8(lo, __mmask64(mlo), lo, bit4);
+        hi = _mm512_mask_add_epi8(hi, __mmask64(mhi), hi, bit4);
+      }
+      const __m128 kd4 = _mm_cvtph_ps(_mm_setr_epi16(short(bt[0]->d), short(bt[1]->d),
+                                                     short(bt[2]->d), short(bt[3]->d), 0, 0, 0, 0));
+      const __m512 kd = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(kd4));
+      __m128 km4 = _mm_setzero_ps();
+      if constexpr (kMin)
+        km4 = _mm_cvtph_ps(_mm_setr_epi16(short(MinOf(*bt[0])), short(MinOf(*bt[1])),
+                                          short(MinOf(*bt[2])), short(MinOf(*bt[3])), 0, 0, 0, 0));
+      for (int r = 0; r < R; ++r) {
+        const int8_t* qb = q[r].qs + b * kQK;
+        const int32_t sum_q = q[r].corr[b] / 128;
+        __m512i a = _mm512_set1_epi32(-(kOffset / 4) * sum_q);
+        a = _mm512_dpbusd_epi32(
+            a, lo, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb))));
+        a = _mm512_dpbusd_epi32(
+            a, hi,
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb + 16))));
+        const float dq = q[r].d[b];
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(kd, _mm512_set1_ps(dq)),
+                                 acc[r]);
+        if constexpr (kMin) mins[r] = _mm_fmadd_ps(km4, _mm_set1_ps(dq * float(sum_q)), mins[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 s1 = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
+      const __m512 s2 = _mm512_add_ps(s1, _mm512_permute_ps(s1, 0x4E));
+      __m128 res = _mm512_castps512_ps128(_mm512_permutexvar_ps(gather, s2));
+      if constexpr (kMin) res = _mm_add_ps(res, mins[r]);
+      _mm_storeu_ps(scores[r] + j, res);
+    }
+  }
+  for (; j < n; ++j) {
+    PrefetchQ8(pf, j, 1);
+    const auto* blk = reinterpret_cast<const Blk*>(krows + j * kstride);
+    for (int r = 0; r < R; ++r) {
+      float acc = 0.0f;
+      for (int b = 0; b < nb; ++b) {
+        uint32_t h = 0;
+        if constexpr (kHigh) std::memcpy(&h, HighOf(blk[b]), sizeof(h));
+        const int32_t sum_q = q[r].corr[b] / 128;
+        int32_t dot = -kOffset * sum_q;
+        for (int i = 0; i < kQK / 2; ++i) {
+          const int c0 = (blk[b].qs[i] & 15) | int((h >> i) & 1) << 4;
+          const int c1 = (blk[b].qs[i] >> 4) | int((h >> (i + 16)) & 1) << 4;
+          dot += c0 * q[r].qs[b * kQK + i] + c1 * q[r].qs[b * kQK + i + 16];
+        }
+        acc += float(dot) * f16_to_f32(blk[b].d) * q[r].d[b];
+        if constexpr (kMin) acc += f16_to_f32(MinOf(blk[b])) * q[r].d[b] * float(sum_q);
+      }
+      scores[r][j] = acc;
+    }
+  }
+}
+
+// o_r += sum_j p_r[j] v_j for j < n with Q8_0 V on VNNI, in integers: per
+// row and block, the weights w_j = p_r[j] · d_j (d_j key j's block scale)
+// are quantized to int16 against the tile's largest (error <= 2^-16 of it,
+// far below Q8_0's own), and vpdpwssd accumulates codes × weights of two
+// keys per int32 lane — 32 multiply-adds per instruction against an f32
+// FMA's 16. Codes of keys 2i and 2i + 1 are interleaved bytewise, so lanes
+// hold elements 0-7, 16-23 (unpacklo) and 8-15, 24-31 (unpackhi); the f32
+// results are put back in order when added to o. `work`: kTile uint16 then
+// R × kTile / 2 uint32.
+template <int R>
+HWY_NOINLINE void AccumulateRowsQ8Int(const float* const* p, const uint8_t* vrows, size_t vstride,
+                                      int n, int dv, float* const* o, float* work) {
+  auto* vh = reinterpret_cast<uint16_t*>(work);
+  auto* wpair = reinterpret_cast<uint32_t*>(work + kTile / 2);
+  const int n_pairs = (n + 1) / 2;
+  for (int b = 0; b < dv / kQK; ++b) {
+    for (int j = 0; j < n; ++j) vh[j] = reinterpret_cast<const BlockQ8_0*>(vrows + j * vstride)[b].d;
+    for (int j = n; j < kTile; ++j) vh[j] = 0;
+    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vh)));
+    const __m512 d1 =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vh + 16)));
+    float step[R];
+    for (int r = 0; r < R; ++r) {
+      // p beyond a row's visible keys is 0 (TileRows), and so is d beyond n.
+      const __m512 w0 = _mm512_mul_ps(_mm512_loadu_ps(p[r]), d0);
+      const __m512 w1 = _mm512_mul_ps(_mm512_loadu_ps(p[r] + 16), d1);
+      const float wmax = _mm512_reduce_max_ps(_mm512_max_ps(w0, w1));
+      step[r] = wmax / 32767.0f;
+      const __m512 inv = _mm512_set1_ps(wmax > 0.0f ? 32767.0f / wmax : 0.0f);
+      const __m256i q0 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w0, inv)));
+      const __m256i q1 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w1, inv)));
+      _mm512_storeu_si512(wpair + r * (kTile / 2),
+                          _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1));
+    }
+    __m512i lo_acc[R], hi_acc[R];
+    for (int r = 0; r < R; ++r) lo_acc[r] = hi_acc[r] = _mm512_setzero_si512();
+    for (int i = 0; i < n_pairs; ++i) {
+      const auto* ka = reinterpret_cast<const BlockQ8_0*>(vrows + 2 * i * vstride) + b;
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ka->qs));
+      __m256i c = _mm256_setzero_si256();
+      if (2 * i + 1 < n) {
+        const auto* kc = reinterpret_cast<const BlockQ8_0*>(vrows + (2 * i + 1) * vstride) + b;
+        c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kc->qs));
+      }
+      const __m512i lo = _mm512_cvtepi8_epi16(_mm256_unpacklo_epi8(a, c));
+      const __m512i hi = _mm512_cvtepi8_epi16(_mm256_unpackhi_epi8(a, c));
+      for (int r = 0; r < R; ++r) {
+        const __m512i w = _mm512_set1_epi32(static_cast<int>(wpair[r * (kTile / 2) + i]));
+        lo_acc[r] = _mm512_dpwssd_epi32(lo_acc[r], lo, w);
+        hi_acc[r] = _mm512_dpwssd_epi32(hi_acc[r], hi, w);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 st = _mm512_set1_ps(step[r]);
+      const __m512 fl = _mm512_mul_ps(_mm512_cvtepi32_ps(lo_acc[r]), st);
+      const __m512 fh = _mm512_mul_ps(_mm512_cvtepi32_ps(hi_acc[r]), st);
+      float* dst = o[r] + b * kQK;
+      _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(dst), _mm512_shuffle_f32x4(fl, fh, 0x44)));
+      _mm512_storeu_ps(dst + 16,
+                       _mm512_add_ps(_mm512_loadu_ps(dst + 16), _mm512_shuffle_f32x4(fl, fh, 0xEE)));
+    }
+  }
+}
+
+// The same for the 4/5-bit V formats: the codes (unsigned) of keys 2i and
+// 2i + 1 interleaved bytewise before the nibbles are split, so the low
+// nibbles give elements 0-15 and the high ones 16-31 in order; Q5's bit 4
+// is added under a mask of both keys' qh bits interleaved (pdep). The
+// offset (-kOffset · sum of the quantized weights) and the minimum terms
+// (sum p_j m_j) are per row and block, added to all 32 elements. `work`:
+// 2 × kTile uint16 then R × kTile / 2 uint32.
+template <int R, class Blk, int kOffset, bool kMin, bool kHigh>
+HWY_NOINLINE void AccumulateRowsQ4Int(const float* const* p, const uint8_t* vrows,
+                                      size_t vstride, int n, int dv, float* const* o,
+                                      float* work) {
+  auto* vh = reinterpret_cast<uint16_t*>(work);
+  uint16_t* vm = vh + kTile;
+  auto* wpair = reinterpret_cast<uint32_t*>(work + kTile);
+  const int n_pairs = (n + 1) / 2;
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  for (int b = 0; b < dv / kQK; ++b) {
+    for (int j = 0; j < n; ++j) {
+      const Blk& blk = reinterpret_cast<const Blk*>(vrows + j * vstride)[b];
+      vh[j] = blk.d;
+      if constexpr (kMin) vm[j] = MinOf(blk);
+    }
+    for (int j = n; j < kTile; ++j) vh[j] = vm[j] = 0;
+    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vh)));
+    const __m512 d1 =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vh + 16)));
+    float step[R], add[R];
+    for (int r = 0; r < R; ++r) {
+      const __m512 p0 = _mm512_loadu_ps(p[r]), p1 = _mm512_loadu_ps(p[r] + 16);
+      const __m512 w0 = _mm512_mul_ps(p0, d0), w1 = _mm512_mul_ps(p1, d1);
+      // Q4_0 / Q5_0 scales may be negative (the signed extreme maps to code 0).
+      const float wmax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(w0), _mm512_abs_ps(w1)));
+      step[r] = wmax / 32767.0f;
+      const __m512 inv = _mm512_set1_ps(wmax > 0.0f ? 32767.0f / wmax : 0.0f);
+      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(w0, inv));
+      const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(w1, inv));
+      _mm512_storeu_si512(wpair + r * (kTile / 2),
+                          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(i0)),
+                                             _mm512_cvtepi32_epi16(i1), 1));
+      add[r] = -float(kOffset) * step[r] * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+      if constexpr (kMin) {
+        const __m512 m0 =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vm)));
+        const __m512 m1 =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vm + 16)));
+        add[r] += _mm512_reduce_add_ps(_mm512_fmadd_ps(p0, m0, _mm512_mul_ps(p1, m1)));
+      }
+    }
+    __m512i lo_acc[R], hi_acc[R];
+    for (int r = 0; r < R; ++r) lo_acc[r] = hi_acc[r] = _mm512_setzero_si512();
+    for (int i = 0; i < n_pairs; ++i) {
+      const Blk* ka = reinterpret_cast<const Blk*>(vrows + 2 * i * vstride) + b;
+      const Blk* kc = 2 * i + 1 < n ? reinterpret_cast<const Blk*>(vrows + (2 * i + 1) * vstride) + b
+                                    : nullptr;
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ka->qs));
+      const __m128i c = kc ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(kc->qs))
+                           : _mm_setzero_si128();
+      const __m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, c)),
+                                                _mm_unpackhi_epi8(a, c), 1);
+      __m256i lo = _mm256_and_si256(x, nib);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), nib);
+      if constexpr (kHigh) {
+        uint32_t ha, hc = 0;
+        std::memcpy(&ha, HighOf(*ka), sizeof(ha));
+        if (kc) std::memcpy(&hc, HighOf(*kc), sizeof(hc));
+        const uint32_t mlo = _pdep_u32(ha & 0xffffu, 0x55555555u) | _pdep_u32(hc & 0xffffu, 0xaaaaaaaau);
+        const uint32_t mhi = _pdep_u32(ha >> 16, 0x55555555u) | _pdep_u32(hc >> 16, 0xaaaaaaaau);
+        const __m256i bit4 = _mm256_set1_epi8(16);
+        lo = _mm256_mask_add_epi8(lo, __mmask32(mlo), lo, bit4);
+        hi = _mm256_mask_add_epi8(hi, __mmask32(mhi), hi, bit4);
+      }
+      const __m512i l16 = _mm512_cvtepu8_epi16(lo), h16 = _mm512_cvtepu8_epi16(hi);
+      for (int r = 0; r < R; ++r) {
+        const __m512i w = _mm512_set1_epi32(static_cast<int>(wpair[r * (kTile / 2) + i]));
+        lo_acc[r] = _mm512_dpwssd_epi32(lo_acc[r], l16, w);
+        hi_acc[r] = _mm512_dpwssd_epi32(hi_acc[r], h16, w);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 st = _mm512_set1_ps(step[r]), ad = _mm512_set1_ps(add[r]);
+      float* dst = o[r] + b * kQK;
+      _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(dst),
+                                          _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo_acc[r]), st, ad)));
+      _mm512_storeu_ps(dst + 16,
+                       _mm512_add_ps(_mm512_loadu_ps(dst + 16),
+                                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi_acc[r]), st, ad)));
+    }
+  }
+}
+
 #pragma GCC pop_options
 #endif  // SUSTAIN_ATTN_VNNI
 
@@ -491,6 +879,12 @@ HWY_INLINE void AccumulateRowsQ8(D d, const float* const* p, const uint8_t* vrow
   for (; c < size_t(dv); c += N) AccumulatePassQ8<R, 1, false>(d, pd, vrows, vstride, n, c, o);
 }
 
+// K formats dotted with an int8 copy of q on VNNI targets.
+template <class KF>
+inline constexpr bool kIntQuery =
+    std::is_same_v<KF, Q8Rows> || std::is_same_v<KF, Q4_0Rows> ||
+    std::is_same_v<KF, Q4_1Rows> || std::is_same_v<KF, Q5_0Rows> || std::is_same_v<KF, Q5_1Rows>;
+
 // The online-softmax update of one row for a tile whose scores (masked
 // entries -inf, at least one visible) are in s[0, kTile): s becomes the
 // probabilities exp(s - m_new); l and o are rescaled when the maximum grows.
@@ -538,11 +932,20 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
     n_max = std::max(n_max, nv[k]);
   }
 #if SUSTAIN_ATTN_VNNI
-  if constexpr (std::is_same_v<KF, Q8Rows>) {
+  if constexpr (kIntQuery<KF>) {
     Q8Query qq[R];
     for (int k = 0; k < R; ++k)
       qq[k] = Q8QueryAt(qbuf + size_t(idx[k]) * q8_row_floats(it.dk), it.dk);
-    ScoreRowsQ8<R>(qq, krows, kstride, n_max, it.dk, s, pf);
+    if constexpr (std::is_same_v<KF, Q8Rows>)
+      ScoreRowsQ8<R>(qq, krows, kstride, n_max, it.dk, s, pf);
+    else if constexpr (std::is_same_v<KF, Q4_0Rows>)
+      ScoreRowsQ4<R, BlockQ4_0, 8, false, false>(qq, krows, kstride, n_max, it.dk, s, pf);
+    else if constexpr (std::is_same_v<KF, Q4_1Rows>)
+      ScoreRowsQ4<R, BlockQ4_1, 0, true, false>(qq, krows, kstride, n_max, it.dk, s, pf);
+    else if constexpr (std::is_same_v<KF, Q5_0Rows>)
+      ScoreRowsQ4<R, BlockQ5_0, 16, false, true>(qq, krows, kstride, n_max, it.dk, s, pf);
+    else
+      ScoreRowsQ4<R, BlockQ5_1, 0, true, true>(qq, krows, kstride, n_max, it.dk, s, pf);
   } else
 #endif
   {
@@ -555,9 +958,23 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
     else
       std::fill(s[k], s[k] + kTile, 0.0f);
   }
+#if SUSTAIN_ATTN_VNNI
+  if constexpr (std::is_same_v<VF, Q8Rows>)
+    AccumulateRowsQ8Int<R>(s, vrows, vstride, n_max, it.dv, o, vwork);
+  else if constexpr (std::is_same_v<VF, Q4_0Rows>)
+    AccumulateRowsQ4Int<R, BlockQ4_0, 8, false, false>(s, vrows, vstride, n_max, it.dv, o, vwork);
+  else if constexpr (std::is_same_v<VF, Q4_1Rows>)
+    AccumulateRowsQ4Int<R, BlockQ4_1, 0, true, false>(s, vrows, vstride, n_max, it.dv, o, vwork);
+  else if constexpr (std::is_same_v<VF, Q5_0Rows>)
+    AccumulateRowsQ4Int<R, BlockQ5_0, 16, false, true>(s, vrows, vstride, n_max, it.dv, o, vwork);
+  else if constexpr (std::is_same_v<VF, Q5_1Rows>)
+    AccumulateRowsQ4Int<R, BlockQ5_1, 0, true, true>(s, vrows, vstride, n_max, it.dv, o, vwork);
+  else
+#else
   if constexpr (std::is_same_v<VF, Q8Rows>)
     AccumulateRowsQ8<R>(d, s, vrows, vstride, n_max, it.dv, o, vwork);
   else
+#endif
     AccumulateRows<R, VF>(d, s, vrows, vstride, n_max, it.dv, o);
 }
 
@@ -587,7 +1004,7 @@ void RunItemT(D d, const Item& it) {
   std::fill(it.o, it.o + size_t(rows) * dv, 0.0f);
 #if SUSTAIN_ATTN_VNNI
   // q quantized once per item, not per tile (state row order, as below).
-  if constexpr (std::is_same_v<KF, Q8Rows>) {
+  if constexpr (kIntQuery<KF>) {
     for (int hk = it.head_begin; hk < it.head_end; ++hk)
       for (int x = 0; x < head_rows; ++x) {
         const int b = x / it.group, i = x % it.group;
@@ -672,15 +1089,19 @@ void RunItemT(D d, const Item& it) {
   }
 }
 
-// Formats read in place; others are staged a tile at a time. BF16 and Q8_0
-// are read in place only at full width (head dims are multiples of 32 there
-// in practice), which keeps the number of instantiations down.
+// Formats read in place; others are staged a tile at a time. Quantized and
+// BF16 / FP8 rows are read in place only at full width (head dims are
+// multiples of 32 there in practice), and V in place only in K's format,
+// F16 or Q8_0 (mixed formats are staged), which keeps the number of
+// instantiations down.
 template <bool kFull, class D, class KF>
 void RunItemV(D d, const Item& it) {
   const QType vt = it.cache->geometry().v_type;
   if (vt == QType::F16) return RunItemT<D, KF, F16Rows>(d, it);
+  if constexpr (kFull && !std::is_same_v<KF, F32Rows> && !std::is_same_v<KF, F16Rows>) {
+    if (vt == it.cache->geometry().k_type) return RunItemT<D, KF, KF>(d, it);
+  }
   if constexpr (kFull) {
-    if (vt == QType::BF16) return RunItemT<D, KF, BF16Rows>(d, it);
     if (vt == QType::Q8_0) return RunItemT<D, KF, Q8Rows>(d, it);
   }
   return RunItemT<D, KF, F32Rows>(d, it);
@@ -691,19 +1112,19 @@ void RunItemD(D d, const Item& it) {
   const QType kt = it.cache->geometry().k_type;
   if (kt == QType::F16) return RunItemV<kFull, D, F16Rows>(d, it);
   if constexpr (kFull) {
-    if (kt == QType::BF16) return RunItemV<kFull, D, BF16Rows>(d, it);
-    if (kt == QType::Q8_0) return RunItemV<kFull, D, Q8Rows>(d, it);
+    WithRows(kt, [&](auto rows) { RunItemV<kFull, D, decltype(rows)>(d, it); });
+  } else {
+    RunItemV<kFull, D, F32Rows>(d, it);
   }
-  return RunItemV<kFull, D, F32Rows>(d, it);
 }
 
 void RunItem(const Item& it) {
   // The widest vector whose lane count divides both head dims.
   const auto fits = [&](size_t n) { return it.dk % n == 0 && it.dv % n == 0; };
   const hn::ScalableTag<float> d_full;
-  // Q8Rows needs vectors within one 32-element block.
-  constexpr bool kQ8Fits = HWY_MAX_BYTES / sizeof(float) <= kQK;
-  if (fits(hn::Lanes(d_full))) return RunItemD<kQ8Fits>(d_full, it);
+  // The block readers need vectors within one half (16 elements) of a block.
+  constexpr bool kFits = HWY_MAX_BYTES / sizeof(float) <= kQK / 2;
+  if (fits(hn::Lanes(d_full))) return RunItemD<kFits>(d_full, it);
   const hn::CappedTag<float, 8> d8;
   if (fits(hn::Lanes(d8))) return RunItemD<false>(d8, it);
   return RunItemD<false>(hn::CappedTag<float, 1>(), it);

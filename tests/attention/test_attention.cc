@@ -27,6 +27,20 @@ constexpr double kTol = 1e-5;
 // still fails.
 constexpr double kTolQ8K = 5e-2;
 
+// Q8_0 V on VNNI targets: the softmax weights × block scales are quantized
+// to int16 per tile (step = the tile's largest / 32767), a relative error
+// per weight of at most 1.5e-5 of the largest; summed over ~1000 keys it
+// moves the output by a few 1e-5 of max |o|. 2e-4 still fails a wrong
+// scale, lane order or pairing (errors of order 1).
+constexpr double kTolQ8V = 2e-4;
+
+// K formats whose scores may be computed with an int8 copy of q (Q8_0 and
+// the 4/5-bit formats on VNNI targets): kTolQ8K; the rest kTol.
+bool int8_query(QType k) {
+  return k == QType::Q8_0 || k == QType::Q4_0 || k == QType::Q4_1 || k == QType::Q5_0 ||
+         k == QType::Q5_1;
+}
+
 // Runs attend() with 1, 2 and 3 threads and every split mode; the reference
 // is computed once. Returns the worst error.
 double worst_over_runs(const kv::KvCache& cache, int layer, AttnParams p,
@@ -46,7 +60,11 @@ double worst_over_runs(const kv::KvCache& cache, int layer, AttnParams p,
       double err = INFINITY;
       if (std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }))
         err = max_rel_error(out, ref, p.head_dim_v);
-      EXPECT_LE(err, cache.geometry().k_type == QType::Q8_0 ? kTolQ8K : kTol) << "threads " << threads << " split " << int(split);
+      const kv::KvGeometry& g = cache.geometry();
+      EXPECT_LE(err, int8_query(g.k_type)         ? kTolQ8K
+                     : g.v_type == QType::Q8_0 ? kTolQ8V
+                                                : kTol)
+          << "threads " << threads << " split " << int(split);
       worst = std::max(worst, err);
     }
   }
@@ -174,10 +192,42 @@ INSTANTIATE_TEST_SUITE_P(
         FormatCase{QType::Q8_0, QType::Q8_0, 128}, FormatCase{QType::F16, QType::Q8_0, 64},
         FormatCase{QType::Q8_0, QType::F16, 32}, FormatCase{QType::Q4_0, QType::Q4_0, 64},
         FormatCase{QType::Q5_1, QType::Q4_1, 32}, FormatCase{QType::FP8_E4M3, QType::FP8_E4M3, 64},
-        FormatCase{QType::Q4_K, QType::Q6_K, 256}),
+        FormatCase{QType::Q4_K, QType::Q6_K, 256}, FormatCase{QType::Q4_0, QType::F16, 64},
+        FormatCase{QType::Q5_0, QType::Q8_0, 64}, FormatCase{QType::F16, QType::Q4_1, 64},
+        FormatCase{QType::FP8_E4M3, QType::F16, 32}, FormatCase{QType::Q5_1, QType::Q5_1, 128}),
     [](const auto& info) {
       return std::string(qtype_name(std::get<0>(info.param))) + "_" +
              std::string(qtype_name(std::get<1>(info.param))) + "_d" +
+             std::to_string(std::get<2>(info.param));
+    });
+
+// Every KV format (K and V the same, as -ctk X -ctv X stores them) on
+// awkward shapes: contexts off tile and page edges, GQA ratios 1–8, a
+// prefill chunk (causal) beside decode queries, 1–3 threads with split-KV
+// off, automatic and forced (pages split across threads).
+using FormatShapeCase = std::tuple<QType, int, int>;  // K/V type, group, head dim
+class FormatShapes : public ::testing::TestWithParam<FormatShapeCase> {};
+
+TEST_P(FormatShapes, MatchesReference) {
+  const auto [type, group, dim] = GetParam();
+  const kv::KvGeometry g = geometry(2, dim, 16, type, type);
+  Filled f = make_filled(g, {517, 33, 1}, 41 + group);
+  const AttnParams p = params_for(g, group, SplitKv::kAuto);
+  std::vector<QueryInfo> queries = {{&f.seqs[0], 517}, {&f.seqs[1], 33}, {&f.seqs[2], 1}};
+  for (int64_t pos = 2; pos < 33; pos += 3) queries.push_back({&f.seqs[1], pos + 1});
+  for (int64_t pos = 490; pos < 517; ++pos) queries.push_back({&f.seqs[0], pos + 1});
+  worst_over_runs(*f.cache, 1, p, queries, uint32_t(group * 13 + dim));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, FormatShapes,
+    ::testing::Combine(::testing::Values(QType::F32, QType::F16, QType::BF16, QType::Q8_0,
+                                         QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1,
+                                         QType::FP8_E4M3),
+                       ::testing::Values(1, 3, 8), ::testing::Values(32, 64, 128)),
+    [](const auto& info) {
+      return std::string(qtype_name(std::get<0>(info.param))) + "_g" +
+             std::to_string(std::get<1>(info.param)) + "_d" +
              std::to_string(std::get<2>(info.param));
     });
 
@@ -197,6 +247,10 @@ TEST(Attention, EveryCompiledTarget) {
   Filled f16 = make_filled(g16, {700, 45}, 31);
   const kv::KvGeometry gq = geometry(2, 32, 32, QType::Q8_0, QType::BF16);
   Filled fq = make_filled(gq, {300}, 32);
+  const kv::KvGeometry g4 = geometry(2, 64, 16, QType::Q4_1, QType::Q4_1);
+  Filled f4 = make_filled(g4, {200}, 34);
+  const kv::KvGeometry g5 = geometry(1, 32, 16, QType::Q5_0, QType::FP8_E4M3);
+  Filled f5 = make_filled(g5, {150}, 35);
   const kv::KvGeometry g8 = geometry(1, 8, 16, QType::F32, QType::F16);
   Filled f8 = make_filled(g8, {100}, 33);
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
@@ -207,6 +261,9 @@ TEST(Attention, EveryCompiledTarget) {
     prefill.push_back({&f16.seqs[0], 700});
     worst_over_runs(*f16.cache, 1, params_for(g16, 3, SplitKv::kAuto), prefill, 1);
     worst_over_runs(*fq.cache, 0, params_for(gq, 8, SplitKv::kAuto), {{&fq.seqs[0], 300}}, 2);
+    worst_over_runs(*f4.cache, 1, params_for(g4, 3, SplitKv::kAuto),
+                    {{&f4.seqs[0], 200}, {&f4.seqs[0], 101}}, 4);
+    worst_over_runs(*f5.cache, 0, params_for(g5, 5, SplitKv::kAuto), {{&f5.seqs[0], 150}}, 5);
     worst_over_runs(*f8.cache, 1, params_for(g8, 2, SplitKv::kAuto),
                     {{&f8.seqs[0], 100}, {&f8.seqs[0], 7}}, 3);
   }
