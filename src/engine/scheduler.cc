@@ -312,8 +312,12 @@ bool Scheduler::step() {
     if (tail <= 1) continue;
     int64_t n;
     if (cfg().deterministic) {
-      // Chunk boundaries fixed by position, whatever else runs.
-      n = std::min(tail, chunk - s->n_computed % chunk);
+      // Chunk boundaries fixed by position, whatever else runs; after a
+      // preemption the generated tokens are recomputed one per step, as they
+      // were first computed, so the recomputed K/V are bit-identical.
+      n = s->n_computed < s->n_prompt
+              ? std::min({tail, chunk - s->n_computed % chunk, s->n_prompt - s->n_computed})
+              : 1;
     } else {
       n = std::min(tail, budget);
     }

@@ -76,13 +76,13 @@ std::vector<int32_t> ids(const Event& e) {
 // Greedy decoding with Model::forward directly: the prompt in one call, then
 // one token per call — the shapes an engine with one request uses.
 std::vector<int32_t> direct_greedy(const std::string& path, const std::vector<int32_t>& prompt,
-                                   int n) {
+                                   int n, int64_t chunk = 512) {
   auto model = Model::load(path);
   EXPECT_TRUE(model.has_value());
   auto cache = kv::KvCache::create((*model)->kv_geometry(), 1024);
   EXPECT_TRUE(cache.has_value());
   ThreadPool pool(2);
-  Workspace ws = (*model)->make_workspace(512, 2);
+  Workspace ws = (*model)->make_workspace(chunk, 2);  // the prompt goes in chunks of `chunk`
   const int n_vocab = static_cast<int>((*model)->config().n_vocab);
   std::vector<float> logits(n_vocab);
   kv::PageTable t;
@@ -125,6 +125,9 @@ TEST(Engine, ConcurrentRequestsFromManyThreadsEachMatchTheirSoloRun) {
   c.n_parallel = 4;
   c.batch_tokens = 64;  // long prompts are prefilled in chunks beside decoding streams
   c.deterministic = true;
+  // Quantized weights: a token's logits depend on the batch's shape unless
+  // --deterministic keeps each sequence's shapes its own.
+  c.model_path = model_path(tools::FileType::kQ4_K_M);
   auto e = make(c);
   ASSERT_TRUE(e);
   constexpr int kClients = 8;
@@ -150,7 +153,7 @@ TEST(Engine, ConcurrentRequestsFromManyThreadsEachMatchTheirSoloRun) {
   for (auto& t : th) t.join();
   for (int i = 0; i < kClients; ++i) {
     EXPECT_EQ(got[i].size(), 10u);
-    EXPECT_EQ(got[i], direct_greedy(model_path(), prompts[i], 10)) << "client " << i;
+    EXPECT_EQ(got[i], direct_greedy(c.model_path, prompts[i], 10, 64)) << "client " << i;
   }
   const EngineStats st = e->stats();
   EXPECT_EQ(st.requests_finished, uint64_t(kClients));
@@ -212,6 +215,7 @@ TEST(Engine, PreemptsUnderASmallKvPoolAndEveryRequestStillCompletesCorrectly) {
   c.n_parallel = 4;
   c.kv_tokens = 320;  // 10 pages: four sequences growing to ~200 tokens cannot all fit
   c.deterministic = true;
+  c.model_path = model_path(tools::FileType::kQ4_K_M);
   c.prefix_cache = false;
   auto e = make(c);
   ASSERT_TRUE(e);
@@ -227,7 +231,7 @@ TEST(Engine, PreemptsUnderASmallKvPoolAndEveryRequestStillCompletesCorrectly) {
   for (int i = 0; i < 4; ++i) {
     Event ev = streams[i].wait();
     EXPECT_EQ(ev.finish, Finish::kLength);
-    EXPECT_EQ(ids(ev), direct_greedy(model_path(), prompts[i], 120)) << "request " << i;
+    EXPECT_EQ(ids(ev), direct_greedy(c.model_path, prompts[i], 120)) << "request " << i;
     preempted += ev.usage.preemptions;
   }
   EXPECT_GT(preempted, 0);
