@@ -1,8 +1,13 @@
 // GGUF v3 writer. The header, metadata and tensor infos are serialized into
 // memory first (they are small next to the weights), then tensor data is
-// streamed after them. Output goes to `path.tmp` and is renamed into place by
-// finish(), so a failed or abandoned write never leaves a partial file under
-// the final name.
+// streamed after them. Output goes to `path.tmp.<pid>.<n>` and is renamed
+// into place by finish(), so a failed or abandoned write never leaves a
+// partial file under the final name, and two writers of the same path (two
+// processes making the same test model) never write into one file: the last
+// rename wins with a whole file.
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -295,7 +300,8 @@ Status Writer::begin(const std::string& path) {
   b.pad_to(alignment);
 
   m.path = path;
-  m.tmp_path = path + ".tmp";
+  static std::atomic<uint64_t> n_writes{0};
+  m.tmp_path = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(n_writes++);
   m.file = std::fopen(m.tmp_path.c_str(), "wb");
   if (m.file == nullptr)
     return error(Code::kIo, "cannot create '{}': {}", m.tmp_path, std::strerror(errno));
