@@ -164,7 +164,15 @@ void Scheduler::finish(Seq& s, Finish f, Status err) {
     std::lock_guard<std::mutex> l(inbox_mu);
     live.erase(s.st->id);
   }
-  s.st->finish(std::move(e));
+  // Delivered after the stats are published (flush_finished), so a client
+  // that sees its request end also sees it gone from the counters.
+  s.done = true;
+  finished.emplace_back(s.st, std::move(e));
+}
+
+void Scheduler::flush_finished() {
+  for (auto& [state, event] : finished) state->finish(std::move(event));
+  finished.clear();
 }
 
 void Scheduler::drop_cancelled() {
@@ -388,10 +396,7 @@ bool Scheduler::step() {
   ++st.steps;
   // Drop the sequences that finished this step.
   running.erase(std::remove_if(running.begin(), running.end(),
-                               [](const auto& s) {
-                                 std::lock_guard<std::mutex> l(s->st->mu);
-                                 return s->st->done;
-                               }),
+                               [](const auto& s) { return s->done; }),
                 running.end());
   return true;
 }
@@ -402,6 +407,7 @@ void Scheduler::loop() {
     drop_cancelled();
     admit();
     publish_stats();
+    flush_finished();
     if (running.empty() || !step()) {
       std::unique_lock<std::mutex> l(waker->mu);
       waker->cv.wait_for(l, std::chrono::milliseconds(50),
@@ -410,6 +416,7 @@ void Scheduler::loop() {
       continue;
     }
     publish_stats();
+    flush_finished();
   }
   // Shutdown: end every request.
   drain_inbox();
@@ -419,6 +426,7 @@ void Scheduler::loop() {
   waiting.clear();
   queued.store(0);
   publish_stats();
+  flush_finished();
 }
 
 }  // namespace sustain::engine

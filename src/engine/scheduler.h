@@ -34,6 +34,7 @@ struct Seq {
   int32_t preemptions = 0;
   Clock::time_point t_start, t_first_token;
   int64_t step_tokens = 0;      // tokens planned for the current step
+  bool done = false;            // finished; its final event waits in `finished`
 };
 
 struct Engine::Impl {
@@ -63,6 +64,7 @@ struct Engine::Impl {
   void sample_and_emit(Seq& s, const float* row);
   void finish(Seq& s, Finish f, Status err = Status::ok());
   void publish_stats();
+  void flush_finished();
 
   Engine& engine;
   const EngineConfig& cfg() const { return engine.config_; }
@@ -94,6 +96,7 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Seq>> running;
   uint64_t admit_counter = 0;
   EngineStats st;  // published to shared_stats after each step
+  std::vector<std::pair<std::shared_ptr<detail::RequestState>, Event>> finished;
 };
 
 using Scheduler = Engine::Impl;
