@@ -1,0 +1,258 @@
+// `sustain plan`: the memory budget of a model (a GGUF file, or a preset as
+// the quantizer would write it) — weights, KV pool, workspace, host costs —
+// on this machine or split over devices; the largest context and
+// concurrency under a headroom; the bandwidth model's speed curve; a verdict.
+// The arithmetic is in src/plan; this file gathers the inputs.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "attention/attention.h"
+#include "bench/bandwidth.h"
+#include "cli/commands.h"
+#include "cli/model_session.h"
+#include "gguf/gguf.h"
+#include "kernels/ops.h"
+#include "model/arch_config.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+#include "plan/parse.h"
+#include "plan/plan.h"
+#include "plan/report.h"
+#include "tools/presets.h"
+#include "tools/quant_mix.h"
+
+namespace sustain::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model, preset, type = "Q4_K_M", mmproj;
+  int64_t ctx = 4096;
+  int parallel = 1;
+  std::string cache_type_k = "f16", cache_type_v = "f16";
+  int64_t batch = 512, ubatch = 512;
+  int threads = 0;
+  std::string devices, split = "layer", ratio, headroom = "15%", kv_budget, bandwidth;
+  bool json = false;
+  bool type_given = false;  // --type was on the command line
+};
+
+plan::TensorEntry entry_of(const gguf::TensorInfo& t) {
+  return {t.name, t.type, t.shape, t.n_bytes};
+}
+
+// A GGUF file's tensors as they are stored (the file is mapped, its tensor
+// data never read).
+Status read_file(const std::string& path, plan::PlanInput& in) {
+  SUSTAIN_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(path));
+  SUSTAIN_ASSIGN_OR_RETURN(in.arch, arch_config_from_gguf(f));
+  for (const gguf::TensorInfo& t : f.tensors()) in.tensors.push_back(entry_of(t));
+  in.rope_freqs = f.find_tensor("rope_freqs.weight") != nullptr;
+  in.host = plan::default_host_costs(in.arch, in.tensors);
+  // The header (metadata with the vocabulary) is read by the tokenizer, so its pages are resident.
+  in.host.metadata_bytes = f.data_offset();
+  return Status::ok();
+}
+
+// A preset's tensors in the formats `sustain synth` / `quantize` give them.
+Status read_preset(const std::string& name, const std::string& type, plan::PlanInput& in) {
+  const tools::Preset* p = tools::find_preset(name);
+  if (!p)
+    return error(Code::kNotFound, "--preset '{}' is not a preset (one of: {})", name,
+                 tools::preset_names());
+  const auto ft = tools::file_type_from_name(type);
+  if (!ft)
+    return error(Code::kInvalidArgument, "--type '{}' is not a file type (one of: {})", type,
+                 tools::file_type_names());
+  in.arch = p->arch;
+  in.rope_freqs = p->llama3_rope;
+  const auto table = weight_table(in.arch, p->llama3_rope);
+  const auto types = tools::plan_tensor_types(in.arch, table, *ft);
+  for (size_t i = 0; i < table.size(); ++i) {
+    const WeightSpec& s = table[i];
+    const uint64_t n_in = static_cast<uint64_t>(s.shape.back());
+    const uint64_t rows = s.n_elements() / std::max<uint64_t>(n_in, 1);
+    in.tensors.push_back({s.name, types[i], s.shape, rows * qtype_row_bytes(types[i], n_in)});
+  }
+  in.host = plan::default_host_costs(in.arch, in.tensors);
+  // No file to measure: the GGUF header of a real vocabulary is about 32
+  // bytes per token (strings, scores, types, merges; measured on synth files).
+  in.host.metadata_bytes = uint64_t{in.arch.n_vocab} * 32;
+  return Status::ok();
+}
+
+// What Model::make_workspace adds to its f32 buffers: the largest matmul
+// activation scratch over the matrices it multiplies, the attention scratch
+// and the query list (each at least 64 bytes, as there).
+uint64_t kernel_scratch(const plan::PlanInput& in, int64_t ubatch, int threads) {
+  const ArchConfig& c = in.arch;
+  uint64_t mm = 0;
+  const char* output = c.tied_output ? "token_embd.weight" : "output.weight";
+  for (const plan::TensorEntry& t : in.tensors) {
+    const bool layer_matrix = t.name.rfind("blk.", 0) == 0 && t.shape.size() == 2;
+    if (!(layer_matrix || t.name == output) || t.shape.size() != 2) continue;
+    if (!kernels::matmul_supported(t.type)) continue;
+    mm = std::max<uint64_t>(mm, kernels::matmul_scratch_bytes(t.type, t.shape[1], ubatch));
+  }
+  const uint64_t attn = attention::attention_scratch_bytes(attn_params(c), ubatch, threads);
+  return std::max<uint64_t>(mm, 64) + std::max<uint64_t>(attn, 64) +
+         static_cast<uint64_t>(ubatch) * sizeof(attention::QueryInfo);
+}
+
+uint64_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) {
+  if (a.model.empty() == a.preset.empty())
+    return error(Code::kInvalidArgument,
+                 "give the model with -m FILE or --preset NAME (exactly one)");
+  if (!a.model.empty()) {
+    if (a.type_given)
+      return error(Code::kInvalidArgument,
+                   "--type '{}' applies to --preset only: a file's tensors count at their stored "
+                   "formats (quantize it first with `sustain quantize`)",
+                   a.type);
+    SUSTAIN_TRY(read_file(a.model, in));
+    source = a.model;
+  } else {
+    SUSTAIN_TRY(read_preset(a.preset, a.type, in));
+    source = fmt::format("preset {} as {}", a.preset, a.type);
+  }
+  if (!a.mmproj.empty()) {
+    SUSTAIN_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(a.mmproj));
+    for (const gguf::TensorInfo& t : f.tensors()) in.sidecar.push_back(entry_of(t));
+  }
+  SUSTAIN_ASSIGN_OR_RETURN(in.k_type, kv_type(a.cache_type_k, "--cache-type-k"));
+  SUSTAIN_ASSIGN_OR_RETURN(in.v_type, kv_type(a.cache_type_v, "--cache-type-v"));
+  in.n_ctx = a.ctx;
+  in.n_parallel = a.parallel;
+  // The workspace holds what one forward call computes at once, as open_session sizes it.
+  in.ubatch = std::min({a.batch, a.ubatch, a.ctx});
+  const int threads = a.threads > 0 ? a.threads : default_threads();
+  in.kernel_scratch_bytes = kernel_scratch(in, in.ubatch, threads);
+  SUSTAIN_ASSIGN_OR_RETURN(in.headroom, plan::parse_percent(a.headroom, "--headroom"));
+  SUSTAIN_ASSIGN_OR_RETURN(in.split, plan::parse_split(a.split, "--split"));
+  if (!a.kv_budget.empty()) {
+    SUSTAIN_ASSIGN_OR_RETURN(uint64_t b, plan::parse_bytes(a.kv_budget, "--kv-budget"));
+    if (b == 0) return error(Code::kInvalidArgument, "--kv-budget '{}' is 0 bytes", a.kv_budget);
+    in.kv_budget_bytes = static_cast<int64_t>(b);
+  }
+  std::vector<double> bw;
+  if (a.bandwidth == "measure") {
+    // This machine's sustained read bandwidth (what `sustain bench` measures),
+    // with the threads the run would use; 512 MiB is far above any LLC.
+    SUSTAIN_ASSIGN_OR_RETURN(auto m, bench::measure_bandwidth(threads, size_t{512} << 20, 3));
+    bw.push_back(m.read_gbps_median);
+  } else if (!a.bandwidth.empty()) {
+    SUSTAIN_ASSIGN_OR_RETURN(bw, plan::parse_number_list(a.bandwidth, "--bandwidth"));
+  }
+  if (a.devices.empty()) {
+    if (!a.ratio.empty())
+      return error(Code::kInvalidArgument, "--ratio '{}' needs --devices", a.ratio);
+    if (bw.size() > 1)
+      return error(Code::kInvalidArgument,
+                   "--bandwidth '{}' gives {} values for one device (give --devices)", a.bandwidth,
+                   bw.size());
+    in.host_capacity = physical_memory();
+    if (in.host_capacity == 0)
+      return error(Code::kUnavailable, "cannot read this machine's memory size; give --devices");
+    in.host_bandwidth_gbps = bw.empty() ? 0.0 : bw[0];
+    return Status::ok();
+  }
+  SUSTAIN_ASSIGN_OR_RETURN(auto sizes, plan::parse_byte_list(a.devices, "--devices"));
+  std::vector<double> ratio;
+  if (!a.ratio.empty()) {
+    SUSTAIN_ASSIGN_OR_RETURN(ratio, plan::parse_number_list(a.ratio, "--ratio"));
+    if (ratio.size() != sizes.size())
+      return error(Code::kInvalidArgument, "--ratio '{}' has {} values for {} devices ('{}')",
+                   a.ratio, ratio.size(), sizes.size(), a.devices);
+  }
+  if (bw.size() > 1 && bw.size() != sizes.size())
+    return error(Code::kInvalidArgument, "--bandwidth '{}' has {} values for {} devices ('{}')",
+                 a.bandwidth, bw.size(), sizes.size(), a.devices);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    plan::Device dv;
+    dv.name = fmt::format("dev{}", d);
+    dv.capacity = sizes[d];
+    // Without --ratio, each device takes a share in proportion to its size.
+    dv.ratio = ratio.empty() ? static_cast<double>(sizes[d]) : ratio[d];
+    dv.bandwidth_gbps = bw.empty() ? 0.0 : bw[bw.size() == 1 ? 0 : d];
+    in.devices.push_back(dv);
+  }
+  return Status::ok();
+}
+
+int run_plan(const PlanArgs& a) {
+  plan::PlanInput in;
+  std::string source;
+  Status st = build_input(a, in, source);
+  if (!st) return fail(st.message());
+  auto p = plan::make_plan(in);
+  if (!p) return fail(p.status().message());
+  if (a.json) {
+    std::printf("%s\n", plan::to_json(in, *p, source).dump(2).c_str());
+  } else {
+    std::fputs(plan::to_text(in, *p, source).c_str(), stdout);
+  }
+  // The answer is the report; "does not fit" is not an error of the command.
+  return 0;
+}
+
+}  // namespace
+
+Runner add_plan(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* sub =
+      app.add_subcommand("plan",
+                         "memory budget: weights + KV + workspace per device, largest context and "
+                         "concurrency under a headroom, bandwidth-model speed curve");
+  sub->add_option("-m,--model", a->model, "GGUF model file (its tensor directory is read)");
+  sub->add_option("--preset", a->preset, "a synth preset instead of a file (see synth --list)");
+  CLI::Option* type =
+      sub->add_option("--type", a->type, "with --preset: the file type the weights would have")
+          ->capture_default_str();
+  sub->add_option("--mmproj", a->mmproj, "a projector GGUF loaded beside the model");
+  sub->add_option("-c,--ctx-size", a->ctx, "context per sequence, tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  sub->add_option("--parallel", a->parallel, "sequences at once (alias -np)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--cache-type-k", a->cache_type_k, "K cache format (alias -ctk)")
+      ->capture_default_str();
+  sub->add_option("--cache-type-v", a->cache_type_v, "V cache format (alias -ctv)")
+      ->capture_default_str();
+  sub->add_option("-b,--batch-size", a->batch, "prompt tokens per forward call")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  sub->add_option("--ubatch-size", a->ubatch, "tokens computed at once (alias -ub)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  sub->add_option("-t,--threads", a->threads, "worker threads (default: all cores)")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--devices", a->devices,
+                  "device memory sizes, comma-separated (16G,12G); default: this machine's RAM");
+  sub->add_option("--split", a->split, "how the model is split over devices: layer or row")
+      ->capture_default_str();
+  sub->add_option("--ratio", a->ratio, "share of each device (2,1.5); default: by size");
+  sub->add_option("--headroom", a->headroom, "memory kept free on each device")
+      ->capture_default_str();
+  sub->add_option("--kv-budget", a->kv_budget,
+                  "size the KV pool by bytes instead (11.47GiB): how many tokens fit");
+  sub->add_option("--bandwidth", a->bandwidth,
+                  "memory bandwidth in GB/s (one, or one per device) for the speed curve; "
+                  "'measure' measures this machine's");
+  sub->add_flag("--json", a->json, "print the plan as JSON (see docs/plan.md)");
+  return [a, type] {
+    a->type_given = type->count() > 0;
+    return run_plan(*a);
+  };
+}
+
+}  // namespace sustain::cli

@@ -1,0 +1,489 @@
+#include "plan/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "base/checked_math.h"
+#include "model/weights.h"
+
+namespace sustain::plan {
+namespace {
+
+using u128 = unsigned __int128;
+
+bool contains(const std::string& s, const char* sub) {
+  return s.find(sub) != std::string::npos;
+}
+
+// The block index of "blk.N.<...>", or -1.
+int layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  const char* p = name.c_str() + 4;
+  char* end = nullptr;
+  const long v = std::strtol(p, &end, 10);
+  if (end == p || *end != '.' || v < 0 || v > std::numeric_limits<int>::max()) return -1;
+  return static_cast<int>(v);
+}
+
+// Splits `total` items over devices in proportion to `ratios`: device d gets
+// [bounds[d], bounds[d + 1]), boundaries rounded from the cumulative shares.
+std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& ratios) {
+  double sum = 0.0;
+  for (double r : ratios) sum += r;
+  std::vector<int64_t> b(ratios.size() + 1, 0);
+  double cum = 0.0;
+  for (size_t d = 0; d + 1 < ratios.size(); ++d) {
+    cum += ratios[d];
+    b[d + 1] =
+        std::clamp<int64_t>(std::llround(static_cast<double>(total) * cum / sum), b[d], total);
+  }
+  b.back() = total;
+  return b;
+}
+
+struct Layout {
+  std::vector<DeviceUse> dev;
+  size_t logits_dev = 0;
+};
+
+}  // namespace
+
+const char* group_name(Group g) {
+  switch (g) {
+    case Group::kTransformer:
+      return "transformer";
+    case Group::kProjector:
+      return "projector";
+    case Group::kMtp:
+      return "mtp";
+    case Group::kOther:
+      return "other";
+  }
+  return "?";
+}
+
+const char* split_name(Split s) {
+  return s == Split::kRow ? "row" : "layer";
+}
+
+Group classify_tensor(const std::string& name, bool in_weight_table) {
+  if (in_weight_table) return Group::kTransformer;
+  // GGUF names of multimodal projectors (llama.cpp's mmproj files and merged
+  // files) and of multi-token-prediction / next-n heads.
+  if (name.rfind("mm.", 0) == 0 || name.rfind("v.", 0) == 0 || contains(name, "mmproj"))
+    return Group::kProjector;
+  if (contains(name, "mtp") || contains(name, "nextn")) return Group::kMtp;
+  return Group::kOther;
+}
+
+HostCosts default_host_costs(const ArchConfig& arch, const std::vector<TensorEntry>& tensors) {
+  HostCosts h;
+  // Measured on `sustain run` (docs/plan.md, "Host costs"): the process with
+  // its libraries (4.7 MB for `--version`) plus what a loaded run adds beyond
+  // its model buffers (allocator arenas, thread pool, batch: 6-7.5 MB on
+  // smollm2-135m and qwen2.5-0.5b), and the tokenizer's tables per
+  // vocabulary entry (360 B on both).
+  h.runtime_bytes = uint64_t{11} << 20;
+  h.tokenizer_bytes = uint64_t{arch.n_vocab} * 360;
+  for (const TensorEntry& t : tensors)
+    if (t.shape.size() == 1) {
+      uint64_t n = 1;
+      for (int64_t d : t.shape) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+      h.norm_bytes += n * sizeof(float);
+    }
+  return h;
+}
+
+uint64_t workspace_bytes(const ArchConfig& c, int64_t ubatch, uint64_t kernel_scratch_bytes) {
+  // The f32 buffers Model::make_workspace sizes, per token: x, cur and
+  // logits_in (n_embd each), q, k, v, attn_out, and gate, up, hidden (n_ff each).
+  const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(ubatch, 1));
+  const uint64_t per_token = 3ull * c.n_embd + c.q_dim() + c.k_dim() + c.v_dim() +
+                             uint64_t{c.n_head} * c.head_dim_v + 3ull * c.n_ff;
+  return n * per_token * sizeof(float) + kernel_scratch_bytes;
+}
+
+std::string format_bytes(uint64_t b) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", v, kUnits[u]);
+}
+
+namespace {
+
+Status validate_input(const PlanInput& in) {
+  SUSTAIN_TRY(validate_arch_config(in.arch));
+  if (in.n_ctx < 1)
+    return error(Code::kInvalidArgument, "context size (-c) must be at least 1, got {}", in.n_ctx);
+  if (in.n_parallel < 1)
+    return error(Code::kInvalidArgument, "--parallel must be at least 1, got {}", in.n_parallel);
+  if (in.ubatch < 1)
+    return error(Code::kInvalidArgument, "ubatch must be at least 1, got {}", in.ubatch);
+  if (in.kv_budget_bytes < 0)
+    return error(Code::kInvalidArgument, "--kv-budget must not be negative, got {}",
+                 in.kv_budget_bytes);
+  if (!(in.headroom >= 0.0 && in.headroom < 1.0))
+    return error(Code::kInvalidArgument, "--headroom must be at least 0% and below 100%, got {}%",
+                 in.headroom * 100.0);
+  if (in.devices.empty() && in.host_capacity == 0)
+    return error(Code::kInvalidArgument, "no memory size to plan for (give --devices)");
+  for (size_t d = 0; d < in.devices.size(); ++d) {
+    const Device& dv = in.devices[d];
+    if (dv.capacity == 0)
+      return error(Code::kInvalidArgument, "--devices: device {} ({}) has a size of 0 bytes", d,
+                   dv.name);
+    if (!(dv.ratio > 0.0) || !std::isfinite(dv.ratio))
+      return error(Code::kInvalidArgument, "--ratio: device {} ({}) has ratio {}, must be > 0", d,
+                   dv.name, dv.ratio);
+    if (!(dv.bandwidth_gbps >= 0.0) || !std::isfinite(dv.bandwidth_gbps))
+      return error(Code::kInvalidArgument, "--bandwidth: device {} ({}) has {} GB/s", d, dv.name,
+                   dv.bandwidth_gbps);
+  }
+  for (const TensorEntry& t : in.tensors)
+    for (int64_t s : t.shape)
+      if (s < 0)
+        return error(Code::kInvalidArgument, "tensor `{}` has a negative dimension {}", t.name, s);
+  return Status::ok();
+}
+
+// Places every tensor and the per-device buffers (everything but the KV pool
+// and the logits, which depend on the context and the sequence count).
+Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
+  const ArchConfig& c = in.arch;
+  Layout L;
+  if (in.devices.empty()) {
+    DeviceUse d;
+    d.name = "cpu";
+    d.capacity = in.host_capacity;
+    d.bandwidth_gbps = in.host_bandwidth_gbps;
+    L.dev.push_back(d);
+  } else {
+    for (const Device& dv : in.devices) {
+      DeviceUse d;
+      d.name = dv.name;
+      d.capacity = dv.capacity;
+      d.bandwidth_gbps = dv.bandwidth_gbps;
+      L.dev.push_back(d);
+    }
+  }
+  const size_t n_dev = L.dev.size();
+  const size_t last = n_dev - 1;
+  const bool row = in.split == Split::kRow && n_dev > 1;
+  std::vector<double> ratios;
+  for (const Device& dv : in.devices) ratios.push_back(dv.ratio);
+  if (ratios.empty()) ratios.push_back(1.0);
+
+  // Layers (layer split) and KV heads (row split) per device.
+  const std::vector<int64_t> lb =
+      row ? std::vector<int64_t>{0, c.n_layer} : split_bounds(c.n_layer, ratios);
+  const std::vector<int64_t> hb =
+      row ? split_bounds(c.n_head_kv, ratios) : std::vector<int64_t>{0, c.n_head_kv};
+  const uint64_t kv_row = g.k_row_bytes() + g.v_row_bytes();
+  for (size_t d = 0; d < n_dev; ++d) {
+    DeviceUse& u = L.dev[d];
+    u.layer_begin = static_cast<int>(row ? 0 : lb[d]);
+    u.layer_end = static_cast<int>(row ? c.n_layer : lb[d + 1]);
+    u.kv_heads = static_cast<int>(row ? hb[d + 1] - hb[d] : c.n_head_kv);
+    u.kv_bytes_per_token = uint64_t(u.layer_end - u.layer_begin) * uint64_t(u.kv_heads) * kv_row;
+  }
+  auto owner_of_layer = [&](int layer) {
+    for (size_t d = 0; d < n_dev; ++d)
+      if (layer < L.dev[d].layer_end) return d;
+    return last;
+  };
+
+  std::unordered_set<std::string> table;
+  for (const WeightSpec& s : weight_table(c, in.rope_freqs)) table.insert(s.name);
+
+  auto add = [&](size_t d, uint64_t bytes, uint64_t step) {
+    L.dev[d].weights += bytes;
+    L.dev[d].step_weights += step;
+  };
+  auto add_tensor = [&](const TensorEntry& t, Group grp) -> Status {
+    auto sum = checked_add(p.weights_bytes, t.bytes);
+    if (!sum) return error(Code::kInvalidArgument, "weight bytes overflow at tensor `{}`", t.name);
+    p.weights_bytes = *sum;
+    switch (grp) {
+      case Group::kTransformer:
+        p.transformer_bytes += t.bytes;
+        break;
+      case Group::kProjector:
+        p.projector_bytes += t.bytes;
+        ++p.projector_tensors;
+        break;
+      case Group::kMtp:
+        p.mtp_bytes += t.bytes;
+        ++p.mtp_tensors;
+        break;
+      case Group::kOther:
+        p.other_bytes += t.bytes;
+        ++p.other_tensors;
+        break;
+    }
+    if (grp != Group::kTransformer) {
+      // Not read by a text decode step; projectors sit with the input, MTP heads with the output.
+      add(grp == Group::kMtp && !row ? last : 0, t.bytes, 0);
+      return Status::ok();
+    }
+    // A decode step reads every matrix once, but of the embedding table only
+    // one row per token — unless it is also the output matrix (tied).
+    uint64_t step = t.bytes;
+    const bool embd = t.name == "token_embd.weight";
+    if (embd && !c.tied_output && t.shape.size() == 2 && t.shape[0] > 0)
+      step = t.bytes / static_cast<uint64_t>(t.shape[0]);
+    const int layer = layer_of(t.name);
+    if (layer >= 0 && row && t.shape.size() == 2 && t.shape[0] > 0) {
+      // Row split: each device holds its share of every matrix's rows.
+      const std::vector<int64_t> rb = split_bounds(t.shape[0], ratios);
+      const uint64_t row_bytes = t.bytes / static_cast<uint64_t>(t.shape[0]);
+      uint64_t placed = 0;
+      for (size_t d = 0; d < n_dev; ++d) {
+        const uint64_t b = row_bytes * static_cast<uint64_t>(rb[d + 1] - rb[d]);
+        add(d, b, b);
+        placed += b;
+      }
+      add(0, t.bytes - placed, t.bytes - placed);
+    } else if (layer >= 0) {
+      add(row ? 0 : owner_of_layer(layer), t.bytes, step);
+    } else if (row) {
+      add(0, t.bytes, step);  // embeddings, output and norms stay on the main device
+    } else if (t.name == "output.weight" || t.name == "output_norm.weight" ||
+               (embd && c.tied_output)) {
+      add(last, t.bytes, step);  // the output head runs after the last layer
+    } else {
+      add(0, t.bytes, step);
+    }
+    p.step_weight_bytes += step;
+    return Status::ok();
+  };
+  for (const TensorEntry& t : in.tensors)
+    SUSTAIN_TRY(add_tensor(t, classify_tensor(t.name, table.count(t.name) != 0)));
+  for (const TensorEntry& t : in.sidecar) SUSTAIN_TRY(add_tensor(t, Group::kProjector));
+
+  p.scratch_bytes = workspace_bytes(c, in.ubatch, in.kernel_scratch_bytes);
+  for (DeviceUse& u : L.dev) u.scratch = p.scratch_bytes;
+  L.logits_dev = row ? 0 : last;
+  p.host = in.host;
+  p.host_bytes =
+      in.host.runtime_bytes + in.host.tokenizer_bytes + in.host.metadata_bytes + in.host.norm_bytes;
+  if (in.devices.empty()) L.dev[0].host = p.host_bytes;
+  for (DeviceUse& u : L.dev)
+    u.usable =
+        static_cast<uint64_t>(std::floor(static_cast<double>(u.capacity) * (1.0 - in.headroom)));
+  return L;
+}
+
+uint64_t logits_bytes(const ArchConfig& c, int64_t n_seq) {
+  // One row of f32 logits per sequence that decodes in a step.
+  return static_cast<uint64_t>(std::max<int64_t>(n_seq, 1)) * c.n_vocab * sizeof(float);
+}
+
+// Bytes of everything but the KV pool on device d.
+u128 fixed_bytes(const Layout& L, size_t d, const ArchConfig& c, int64_t n_seq) {
+  const DeviceUse& u = L.dev[d];
+  return u128(u.weights) + u.scratch + u.host + (d == L.logits_dev ? logits_bytes(c, n_seq) : 0);
+}
+
+// The most KV pages every device can hold beside its fixed bytes with
+// `n_seq` sequences; -1 when the fixed bytes alone exceed a device's usable
+// memory. `limit` caps the answer (a device holding no KV has no bound).
+int64_t max_pages(const Layout& L, const ArchConfig& c, int page_tokens, int64_t n_seq,
+                  int64_t limit) {
+  int64_t best = limit;
+  for (size_t d = 0; d < L.dev.size(); ++d) {
+    const u128 fixed = fixed_bytes(L, d, c, n_seq);
+    if (fixed > L.dev[d].usable) return -1;
+    const u128 page = u128(L.dev[d].kv_bytes_per_token) * u128(page_tokens);
+    if (page == 0) continue;
+    const u128 pages = (u128(L.dev[d].usable) - fixed) / page;
+    if (pages < u128(best)) best = static_cast<int64_t>(pages);
+  }
+  return best;
+}
+
+std::vector<int64_t> speed_contexts(int64_t max_ctx, int64_t n_ctx) {
+  std::set<int64_t> pts{0, n_ctx};
+  for (int64_t x : {4096, 16384, 32768, 131072})
+    if (x <= max_ctx) pts.insert(x);
+  for (int64_t x = 262144; x <= max_ctx && x > 0; x *= 2) pts.insert(x);
+  if (max_ctx > 0) pts.insert(max_ctx);
+  return {pts.begin(), pts.end()};
+}
+
+void speed_curve(const PlanInput& in, const Layout& L, Plan& p) {
+  for (const DeviceUse& u : L.dev)
+    if (!(u.bandwidth_gbps > 0.0)) return;
+  const bool row = in.split == Split::kRow && L.dev.size() > 1;
+  auto step_seconds = [&](int64_t tokens_per_device_step, uint64_t* bytes_total) {
+    double t = 0.0;
+    uint64_t total = 0;
+    for (const DeviceUse& u : L.dev) {
+      const uint64_t b = u.step_weights + u.kv_bytes_per_token * uint64_t(tokens_per_device_step);
+      total += b;
+      const double s = static_cast<double>(b) / (u.bandwidth_gbps * 1e9);
+      // Layers run one device after another; row shards run side by side.
+      t = row ? std::max(t, s) : t + s;
+    }
+    if (bytes_total) *bytes_total = total;
+    return t;
+  };
+  for (int64_t ctx : speed_contexts(p.max_ctx, in.n_ctx)) {
+    SpeedPoint sp;
+    sp.ctx = ctx;
+    const double t1 = step_seconds(ctx, &sp.bytes_per_step);
+    sp.tok_s = t1 > 0 ? 1.0 / t1 : 0.0;
+    const double tn = step_seconds(ctx * in.n_parallel, nullptr);
+    sp.aggregate_tok_s = tn > 0 ? in.n_parallel / tn : 0.0;
+    p.speed.push_back(sp);
+  }
+}
+
+std::string seqs(int64_t n) {
+  return n == 1 ? "1 sequence" : fmt::format("{} sequences", n);
+}
+
+std::string verdict(const PlanInput& in, const Layout& L, const Plan& p) {
+  const int hr = static_cast<int>(std::lround(in.headroom * 100.0));
+  const std::string what =
+      in.kv_budget_bytes > 0 ? fmt::format("a KV budget of {} ({} tokens) with {}",
+                                           format_bytes(static_cast<uint64_t>(in.kv_budget_bytes)),
+                                           p.kv_tokens, seqs(in.n_parallel))
+                             : fmt::format("{} tokens × {}", in.n_ctx, seqs(in.n_parallel));
+  std::string s;
+  if (in.kv_budget_bytes > 0 && p.budget_tokens < in.n_ctx) {
+    // The engine refuses a pool that cannot hold one full context.
+    s = fmt::format(
+        "does not fit: the KV budget of {} holds {} tokens, fewer than one context of "
+        "{} tokens (lower -c or raise --kv-budget)",
+        format_bytes(static_cast<uint64_t>(in.kv_budget_bytes)), p.budget_tokens, in.n_ctx);
+  } else if (p.fits) {
+    if (L.dev.size() == 1) {
+      s = fmt::format("fits: {} use {} of {} (headroom {}%)", what, format_bytes(L.dev[0].total),
+                      format_bytes(L.dev[0].capacity), hr);
+    } else {
+      std::string per;
+      for (const DeviceUse& u : L.dev)
+        per += fmt::format("{}{} {} of {}", per.empty() ? "" : ", ", u.name, format_bytes(u.total),
+                           format_bytes(u.capacity));
+      s = fmt::format("fits: {} use {} (headroom {}%)", what, per, hr);
+    }
+  } else {
+    // Name the first device that overflows.
+    const DeviceUse* bad = &L.dev[0];
+    for (const DeviceUse& u : L.dev)
+      if (!u.fits) {
+        bad = &u;
+        break;
+      }
+    s = fmt::format("does not fit: {} need {} on {}, have {} ({} less {}% headroom)", what,
+                    format_bytes(bad->total), bad->name, format_bytes(bad->usable),
+                    format_bytes(bad->capacity), hr);
+  }
+  if (p.max_ctx > 0) {
+    s += fmt::format("; largest context{}: {} tokens × {}", p.fits ? "" : " that fits", p.max_ctx,
+                     seqs(in.n_parallel));
+    if (p.max_ctx > int64_t{in.arch.n_ctx_train} && in.arch.n_ctx_train > 0)
+      s += fmt::format(" (the model was trained for {})", in.arch.n_ctx_train);
+    s += fmt::format("; at {} tokens, up to {}", in.n_ctx, seqs(p.max_parallel));
+  } else {
+    s += "; no context fits: the weights and buffers alone exceed the usable memory";
+  }
+  if (in.kv_budget_bytes > 0)
+    s += fmt::format("; the KV budget holds {} tokens ({} per sequence)", p.budget_tokens,
+                     p.budget_tokens_per_sequence);
+  return s;
+}
+
+}  // namespace
+
+Expected<Plan> make_plan(const PlanInput& in) {
+  SUSTAIN_TRY(validate_input(in));
+  Plan p;
+  kv::KvGeometry& g = p.geometry;
+  g.n_layer = static_cast<int>(in.arch.n_layer);
+  g.n_head_kv = static_cast<int>(in.arch.n_head_kv);
+  g.head_dim_k = static_cast<int>(in.arch.head_dim_k);
+  g.head_dim_v = static_cast<int>(in.arch.head_dim_v);
+  g.k_type = in.k_type;
+  g.v_type = in.v_type;
+  g.page_tokens = in.page_tokens;
+  SUSTAIN_TRY(kv::validate(g));
+  p.kv_bytes_per_token = g.bytes_per_token();
+  p.kv_page_bytes = g.page_bytes();
+  p.split = !in.devices.empty();
+
+  SUSTAIN_ASSIGN_OR_RETURN(Layout L, place(in, g, p));
+
+  // The pool, as the engine sizes it.
+  if (in.kv_budget_bytes > 0) {
+    p.kv_pages = static_cast<int64_t>(static_cast<uint64_t>(in.kv_budget_bytes) / p.kv_page_bytes);
+    p.budget_tokens = p.kv_pages * g.page_tokens;
+    p.budget_tokens_per_sequence = p.budget_tokens / in.n_parallel;
+  } else {
+    const auto tokens = checked_mul(static_cast<uint64_t>(in.n_ctx), uint64_t(in.n_parallel));
+    if (!tokens || *tokens > uint64_t{1} << 50)
+      return error(Code::kInvalidArgument, "a pool of {} tokens × {} sequences is too large",
+                   in.n_ctx, in.n_parallel);
+    p.kv_pages = g.pool_pages(static_cast<int64_t>(*tokens));
+  }
+  p.kv_tokens = p.kv_pages * g.page_tokens;
+  const auto kv_bytes = checked_mul(static_cast<uint64_t>(p.kv_pages), p.kv_page_bytes);
+  if (!kv_bytes)
+    return error(Code::kInvalidArgument, "the KV pool of {} pages of {} bytes overflows",
+                 p.kv_pages, p.kv_page_bytes);
+  p.kv_bytes = *kv_bytes;
+  p.logits_bytes = logits_bytes(in.arch, in.n_parallel);
+
+  p.fits = true;
+  p.total_bytes = p.split ? p.host_bytes : 0;
+  for (size_t d = 0; d < L.dev.size(); ++d) {
+    DeviceUse& u = L.dev[d];
+    u.kv = static_cast<uint64_t>(p.kv_tokens) * u.kv_bytes_per_token;
+    u.logits = d == L.logits_dev ? p.logits_bytes : 0;
+    const u128 total = u128(u.weights) + u.kv + u.scratch + u.logits + u.host;
+    if (total > std::numeric_limits<uint64_t>::max())
+      return error(Code::kInvalidArgument, "the bytes on {} overflow", u.name);
+    u.total = static_cast<uint64_t>(total);
+    u.fits = u.total <= u.usable;
+    p.fits = p.fits && u.fits;
+    p.total_bytes += u.total;
+  }
+  if (in.kv_budget_bytes > 0 && p.budget_tokens < in.n_ctx) p.fits = false;
+
+  // Largest context at n_parallel: the pool of ctx × n_parallel tokens is
+  // ceil(ctx × n / page_tokens) pages, so ctx ≤ pages × page_tokens / n.
+  constexpr int64_t kMaxTokens = int64_t{1} << 40;
+  const int64_t pages_n =
+      max_pages(L, in.arch, g.page_tokens, in.n_parallel, kMaxTokens / g.page_tokens);
+  p.max_ctx = pages_n < 0 ? 0 : pages_n * g.page_tokens / in.n_parallel;
+  // Most sequences at n_ctx (logits grow with the count too): binary search.
+  int64_t lo = 0, hi = kMaxTokens / in.n_ctx;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    const int64_t pages = max_pages(L, in.arch, g.page_tokens, mid, kMaxTokens / g.page_tokens);
+    if (pages >= 0 && g.pool_pages(in.n_ctx * mid) <= pages) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  p.max_parallel = lo;
+
+  speed_curve(in, L, p);
+  p.verdict = verdict(in, L, p);
+  p.devices = std::move(L.dev);
+  return p;
+}
+
+}  // namespace sustain::plan

@@ -1,0 +1,187 @@
+#include "plan/report.h"
+
+#include <cctype>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace sustain::plan {
+namespace {
+
+// Bytes per tensor format, for the weights line.
+std::map<std::string, uint64_t> bytes_by_type(const PlanInput& in) {
+  std::map<std::string, uint64_t> m;
+  for (const auto* list : {&in.tensors, &in.sidecar})
+    for (const TensorEntry& t : *list) m[std::string(qtype_name(t.type))] += t.bytes;
+  return m;
+}
+
+std::string kv_type_name(QType t) {
+  std::string s(qtype_name(t));
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+nlohmann::ordered_json to_json(const PlanInput& in, const Plan& p, const std::string& source) {
+  using J = nlohmann::ordered_json;
+  const ArchConfig& c = in.arch;
+  J j;
+  j["source"] = source;
+  j["model"] = {{"arch", arch_name(c.arch)},
+                {"name", c.name},
+                {"n_layer", c.n_layer},
+                {"n_embd", c.n_embd},
+                {"n_ff", c.n_ff},
+                {"n_head", c.n_head},
+                {"n_head_kv", c.n_head_kv},
+                {"head_dim_k", c.head_dim_k},
+                {"head_dim_v", c.head_dim_v},
+                {"n_vocab", c.n_vocab},
+                {"n_ctx_train", c.n_ctx_train}};
+  j["k_type"] = kv_type_name(in.k_type);
+  j["v_type"] = kv_type_name(in.v_type);
+  j["page_tokens"] = in.page_tokens;
+  j["n_ctx"] = in.n_ctx;
+  j["n_parallel"] = in.n_parallel;
+  j["ubatch"] = in.ubatch;
+  j["headroom"] = in.headroom;
+  j["weights_bytes"] = p.weights_bytes;
+  J types = J::object();
+  for (const auto& [name, b] : bytes_by_type(in)) types[name] = b;
+  j["weights"] = {{"transformer_bytes", p.transformer_bytes},
+                  {"projector_bytes", p.projector_bytes},
+                  {"projector_tensors", p.projector_tensors},
+                  {"mtp_bytes", p.mtp_bytes},
+                  {"mtp_tensors", p.mtp_tensors},
+                  {"other_bytes", p.other_bytes},
+                  {"other_tensors", p.other_tensors},
+                  {"step_bytes", p.step_weight_bytes},
+                  {"by_type", types}};
+  j["kv_bytes_per_token"] = p.kv_bytes_per_token;
+  j["kv_page_bytes"] = p.kv_page_bytes;
+  j["kv_pages"] = p.kv_pages;
+  j["kv_tokens"] = p.kv_tokens;
+  j["kv_bytes"] = p.kv_bytes;
+  j["scratch_bytes"] = p.scratch_bytes;
+  j["logits_bytes"] = p.logits_bytes;
+  j["host"] = {{"runtime_bytes", p.host.runtime_bytes},
+               {"tokenizer_bytes", p.host.tokenizer_bytes},
+               {"metadata_bytes", p.host.metadata_bytes},
+               {"norm_bytes", p.host.norm_bytes},
+               {"total_bytes", p.host_bytes}};
+  j["total_bytes"] = p.total_bytes;
+  j["split"] = p.split ? split_name(in.split) : "none";
+  J devs = J::array();
+  for (const DeviceUse& u : p.devices)
+    devs.push_back({{"name", u.name},
+                    {"capacity_bytes", u.capacity},
+                    {"usable_bytes", u.usable},
+                    {"weights_bytes", u.weights},
+                    {"kv_bytes", u.kv},
+                    {"kv_bytes_per_token", u.kv_bytes_per_token},
+                    {"scratch_bytes", u.scratch},
+                    {"logits_bytes", u.logits},
+                    {"host_bytes", u.host},
+                    {"total_bytes", u.total},
+                    {"fits", u.fits},
+                    {"layer_begin", u.layer_begin},
+                    {"layer_end", u.layer_end},
+                    {"kv_heads", u.kv_heads},
+                    {"bandwidth_gbps", u.bandwidth_gbps}});
+  j["devices"] = devs;
+  j["fits"] = p.fits;
+  j["max_ctx"] = p.max_ctx;
+  j["max_parallel"] = p.max_parallel;
+  if (in.kv_budget_bytes > 0) {
+    j["kv_budget"] = {{"bytes", in.kv_budget_bytes},
+                      {"tokens", p.budget_tokens},
+                      {"tokens_per_sequence", p.budget_tokens_per_sequence}};
+  } else {
+    j["kv_budget"] = nullptr;
+  }
+  if (p.speed.empty()) {
+    j["speed"] = nullptr;
+  } else {
+    J pts = J::array();
+    for (const SpeedPoint& s : p.speed)
+      pts.push_back({{"ctx", s.ctx},
+                     {"bytes_per_step", s.bytes_per_step},
+                     {"tok_s", s.tok_s},
+                     {"aggregate_tok_s", s.aggregate_tok_s}});
+    J bw = J::array();
+    for (const DeviceUse& u : p.devices) bw.push_back(u.bandwidth_gbps);
+    j["speed"] = {{"bandwidth_gbps", bw}, {"points", pts}};
+  }
+  j["verdict"] = p.verdict;
+  return j;
+}
+
+std::string to_text(const PlanInput& in, const Plan& p, const std::string& source) {
+  const ArchConfig& c = in.arch;
+  std::string s;
+  auto line = [&](const std::string& x) { s += x + "\n"; };
+  line(fmt::format("memory plan: {} ({}, {} layers, {} KV heads × {}), from {}", c.name,
+                   arch_name(c.arch), c.n_layer, c.n_head_kv, c.head_dim_k, source));
+  std::string types;
+  for (const auto& [name, b] : bytes_by_type(in))
+    types += fmt::format("{}{} {}", types.empty() ? "" : ", ", name, format_bytes(b));
+  line(fmt::format("  weights     {:>12}  ({})", format_bytes(p.weights_bytes), types));
+  if (p.projector_tensors)
+    line(fmt::format("    projector {:>12}  ({} tensors)", format_bytes(p.projector_bytes),
+                     p.projector_tensors));
+  if (p.mtp_tensors)
+    line(fmt::format("    MTP heads {:>12}  ({} tensors)", format_bytes(p.mtp_bytes),
+                     p.mtp_tensors));
+  if (p.other_tensors)
+    line(fmt::format("    other     {:>12}  ({} tensors outside the weight table)",
+                     format_bytes(p.other_bytes), p.other_tensors));
+  line(fmt::format(
+      "  KV cache    {:>12}  ({}/{} KV, {} B/token, {} pages of {} tokens = {} tokens{})",
+      format_bytes(p.kv_bytes), kv_type_name(in.k_type), kv_type_name(in.v_type),
+      p.kv_bytes_per_token, p.kv_pages, in.page_tokens, p.kv_tokens,
+      in.kv_budget_bytes > 0
+          ? fmt::format(" from a budget of {}", format_bytes(uint64_t(in.kv_budget_bytes)))
+          : fmt::format(" for {} × {}", in.n_ctx, in.n_parallel)));
+  line(fmt::format("  workspace   {:>12}  (ubatch {} tokens{})", format_bytes(p.scratch_bytes),
+                   in.ubatch, p.split ? ", on each device" : ""));
+  line(fmt::format("  logits      {:>12}", format_bytes(p.logits_bytes)));
+  line(fmt::format("  host        {:>12}  (runtime, tokenizer, file header, norms)",
+                   format_bytes(p.host_bytes)));
+  line(fmt::format("  total       {:>12}  ({} bytes)", format_bytes(p.total_bytes), p.total_bytes));
+  if (p.split) {
+    line(fmt::format("devices ({} split, headroom {:.0f}%):", split_name(in.split),
+                     in.headroom * 100));
+    line(fmt::format("  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", "device",
+                     "size", "usable", "weights", "KV", "workspace", "total", "fits",
+                     in.split == Split::kRow ? "KV heads" : "layers"));
+    for (const DeviceUse& u : p.devices)
+      line(fmt::format(
+          "  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", u.name,
+          format_bytes(u.capacity), format_bytes(u.usable), format_bytes(u.weights),
+          format_bytes(u.kv), format_bytes(u.scratch), format_bytes(u.total), u.fits ? "yes" : "NO",
+          in.split == Split::kRow ? fmt::format("{}", u.kv_heads)
+                                  : fmt::format("{}-{}", u.layer_begin, u.layer_end - 1)));
+  }
+  if (!p.speed.empty()) {
+    std::string bw;
+    for (const DeviceUse& u : p.devices)
+      bw += fmt::format("{}{:.1f}", bw.empty() ? "" : ", ", u.bandwidth_gbps);
+    line(
+        fmt::format("decode speed, bandwidth model at {} GB/s (tok/s ≈ bandwidth ÷ bytes read "
+                    "per step):",
+                    bw));
+    line(fmt::format(
+        "  {:>9} {:>14} {:>10}{}", "context", "bytes/step", "tok/s",
+        in.n_parallel > 1 ? fmt::format(" {:>14}", fmt::format("{} seqs", in.n_parallel)) : ""));
+    for (const SpeedPoint& sp : p.speed)
+      line(fmt::format("  {:>9} {:>14} {:>10.1f}{}", sp.ctx, format_bytes(sp.bytes_per_step),
+                       sp.tok_s,
+                       in.n_parallel > 1 ? fmt::format(" {:>14.1f}", sp.aggregate_tok_s) : ""));
+  }
+  line(p.verdict);
+  return s;
+}
+
+}  // namespace sustain::plan
