@@ -1,0 +1,182 @@
+// `sustain serve -m M`: the OpenAI-compatible HTTP server (docs/server.md).
+// The socket is bound first, so /health answers 503 while the model loads;
+// SIGINT / SIGTERM stop the server, then the engine (cancelling what runs).
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/model_session.h"
+
+#include "engine/api.h"
+#include "server/server.h"
+
+namespace sustain::cli {
+namespace {
+
+struct ServeArgs {
+  ModelArgs m;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int n_parallel = 4;
+  std::string api_key;
+  int max_queue = 64;
+  int timeout_s = 600;
+  std::string chat_template_file;
+  std::string alias;
+  int64_t kv_tokens = 0;
+  int page_tokens = 32;
+  bool no_prefix_cache = false;
+  bool deterministic = false;
+  int max_n = 8;
+};
+
+Expected<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return error(Code::kIo, "--chat-template-file {}: cannot open", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string file_stem(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const size_t dot = name.rfind(".gguf");
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+int run_serve(const ServeArgs& a) {
+  engine::EngineConfig ec;
+  ec.model_path = a.m.model;
+  ec.n_threads = a.m.threads;
+  ec.n_ctx = a.m.ctx;
+  ec.n_parallel = a.n_parallel;
+  ec.kv_tokens = a.kv_tokens;
+  ec.page_tokens = a.page_tokens;
+  ec.batch_tokens = a.m.batch;
+  ec.ubatch_tokens = a.m.ubatch;
+  ec.prefix_cache = !a.no_prefix_cache;
+  ec.max_queue = a.max_queue;
+  ec.deterministic = a.deterministic;
+  auto kt = kv_type(a.m.cache_type_k, "--cache-type-k");
+  if (!kt) return fail(kt.status().message());
+  auto vt = kv_type(a.m.cache_type_v, "--cache-type-v");
+  if (!vt) return fail(vt.status().message());
+  ec.k_type = *kt;
+  ec.v_type = *vt;
+
+  server::ServerConfig sc;
+  sc.host = a.host;
+  sc.port = a.port;
+  sc.api_key = a.api_key;
+  sc.timeout_s = a.timeout_s;
+  sc.model_name = a.alias.empty() ? file_stem(a.m.model) : a.alias;
+  sc.limits.max_n = a.max_n;
+  // Every request that can be running or queued holds a handler thread while
+  // it waits, plus room for /health, /metrics and immediate 429s.
+  sc.http_threads = std::min(a.n_parallel + a.max_queue + 8, 1024);
+  if (!a.chat_template_file.empty()) {
+    auto t = read_file(a.chat_template_file);
+    if (!t) return fail(t.status().message());
+    sc.chat_template = std::move(*t);
+    sc.chat_template_origin = a.chat_template_file;
+  }
+
+  // Signals go to one thread that stops the server; every other thread
+  // (created after this) inherits the blocked mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  server::Server srv(sc);
+  auto port = srv.bind();
+  if (!port) return fail("serve: " + port.status().message());
+  std::printf("sustain serve: listening on http://%s:%d (loading %s)\n", a.host.c_str(), *port,
+              a.m.model.c_str());
+  std::fflush(stdout);
+
+  std::thread http([&srv] {
+    Status st = srv.run();
+    if (!st) std::fprintf(stderr, "sustain: error: serve: %s\n", st.message().c_str());
+  });
+  std::thread signals([&srv, sigs] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (sig == SIGINT || sig == SIGTERM) srv.stop();
+  });
+  signals.detach();
+
+  auto eng = engine::Engine::create(ec);
+  if (!eng) {
+    srv.stop();
+    http.join();
+    return fail("serve: " + eng.status().message());
+  }
+  if (sc.chat_template.empty()) {
+    auto t = (*eng)->model().file().get_string("tokenizer.chat_template");
+    if (t) srv.set_chat_template(std::move(*t), "tokenizer.chat_template of " + a.m.model);
+  }
+  if (Status st = srv.attach(eng->get()); !st) {
+    srv.stop();
+    http.join();
+    return fail("serve: " + st.message());
+  }
+  std::printf("sustain serve: ready (%s, ctx %lld, %d parallel, KV %lld tokens)\n",
+              sc.model_name.c_str(), static_cast<long long>(ec.n_ctx), ec.n_parallel,
+              static_cast<long long>((*eng)->kv_capacity_tokens()));
+  std::fflush(stdout);
+  http.join();
+  return 0;
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/server.md)");
+  add_model_flags(sub, a->m, false, true);
+  sub->add_option("--host", a->host, "address to listen on")->capture_default_str();
+  sub->add_option("--port", a->port, "TCP port (0: any free port, printed when listening)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--parallel", a->n_parallel, "sequences decoding at once (alias -np)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  sub->add_option("--api-key", a->api_key,
+                  "require 'Authorization: Bearer KEY' on every route but /health");
+  sub->add_option("--max-queue", a->max_queue,
+                  "requests waiting beyond the running ones; more get 429")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  sub->add_option("--timeout", a->timeout_s, "socket read/write timeout in seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  sub->add_option("--chat-template-file", a->chat_template_file,
+                  "Jinja chat template to use instead of the GGUF's tokenizer.chat_template");
+  sub->add_option("--alias", a->alias, "model name reported by /v1/models (default: file name)");
+  sub->add_option("--kv-tokens", a->kv_tokens,
+                  "KV pool size in tokens over all sequences (0: ctx x parallel)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
+  sub->add_option("--page-tokens", a->page_tokens, "tokens per KV page")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "do not share prompt prefixes");
+  sub->add_flag("--deterministic", a->deterministic,
+                "batch-independent results: at temperature 0 a request's text does not depend "
+                "on what else runs");
+  sub->add_option("--max-n", a->max_n, "most choices (n) per request")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 128));
+  return [a] { return run_serve(*a); };
+}
+
+}  // namespace sustain::cli

@@ -1,0 +1,37 @@
+// /v1/chat/completions prompts: the messages rendered with the model's chat
+// template (tokenizer.chat_template, or --chat-template-file) through the
+// tokenizer's bounded Jinja subset. A template that cannot render a request
+// (raise_exception, a role it does not know, a limit) is the client's 400.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "server/request.h"
+
+namespace sustain::tokenizer {
+class ChatTemplate;
+}
+
+namespace sustain::server {
+
+class ChatFormatter {
+ public:
+  // Parses the template once; a syntax error names the line and column and
+  // `origin` (the file or GGUF key it came from).
+  static Expected<ChatFormatter> create(std::string_view source, const std::string& origin,
+                                        std::string bos_token, std::string eos_token);
+
+  // The prompt text for a chat request (generation prompt added, the
+  // request's chat_template_kwargs and tools passed to the template).
+  Expected<std::string> render(const CompletionRequest& r) const;
+
+ private:
+  ChatFormatter() = default;
+  std::shared_ptr<const tokenizer::ChatTemplate> template_;
+  std::string bos_, eos_;
+};
+
+}  // namespace sustain::server

@@ -1,0 +1,278 @@
+// POST /v1/completions and /v1/chat/completions: validate, build the prompt,
+// submit n engine requests, then answer in one JSON body or as server-sent
+// events. The handler thread polls its streams every kPollInterval and checks
+// the socket, so a client that disconnects (mid-prefill or mid-stream) has
+// its requests cancelled within one poll plus one engine step.
+#include <chrono>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "server/generation.h"
+#include "server/server_state.h"
+#include "server/sse.h"
+
+namespace sustain::server {
+namespace {
+
+using nlohmann::json;
+constexpr std::chrono::milliseconds kPollInterval(25);
+
+// One completion in flight: what the streaming content provider keeps alive
+// after the handler returns.
+struct Job {
+  CompletionRequest req;
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  std::unique_ptr<Generation> gen;
+  // Streaming state.
+  std::vector<bool> role_sent;
+  std::vector<int64_t> lp_offset;
+  bool finished_stream = false;
+  int socket = -1;  // the client's connection, polled for a disconnect
+};
+
+std::string new_id(Endpoint ep) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}-{:016x}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", rng());
+}
+
+json usage_json(const Generation& g) {
+  json u = {{"prompt_tokens", g.prompt_tokens()},
+            {"completion_tokens", g.completion_tokens()},
+            {"total_tokens", g.prompt_tokens() + g.completion_tokens()}};
+  u["prompt_tokens_details"] = {{"cached_tokens", g.cached_prompt_tokens()}};
+  return u;
+}
+
+// Builds the prompt's token ids, or the 400 that explains why not.
+Expected<std::vector<int32_t>> prompt_ids(ServerState& s, engine::Engine& e,
+                                          const CompletionRequest& r) {
+  const auto& tok = e.tokenizer();
+  if (r.endpoint == Endpoint::kCompletions && r.prompt_is_ids) {
+    SUSTAIN_TRY(check_token_ids(r.prompt_ids, tok.n_vocab()));
+    return r.prompt_ids;
+  }
+  std::string text;
+  if (r.endpoint == Endpoint::kChat) {
+    if (!s.chat)
+      return Status(Code::kInvalidArgument,
+                    "this model has no chat template (tokenizer.chat_template); start the server "
+                    "with --chat-template-file, or use /v1/completions");
+    SUSTAIN_ASSIGN_OR_RETURN(text, s.chat->render(r));
+  } else {
+    text = r.prompt_text;
+  }
+  // Special-token text in the prompt becomes those tokens, as in llama.cpp's
+  // server: chat templates write them as text.
+  auto ids = tok.encode(text, true, true);
+  if (!ids) return ids.status().with_context("prompt");
+  if (ids->empty()) return Status(Code::kInvalidArgument, "'prompt' tokenizes to no tokens");
+  return ids;
+}
+
+json choice_json(const Job& job, int index, const std::string& text, const json& logprobs,
+                 const char* finish) {
+  json c = {{"index", index}};
+  if (job.req.endpoint == Endpoint::kChat) {
+    c["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    c["text"] = text;
+  }
+  c["logprobs"] = logprobs;
+  c["finish_reason"] = finish != nullptr ? json(finish) : json();
+  return c;
+}
+
+json envelope(const Job& job, bool chunk) {
+  const bool chat = job.req.endpoint == Endpoint::kChat;
+  return {
+      {"id", job.id},
+      {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+      {"created", job.created},
+      {"model", job.model},
+      {"system_fingerprint", nullptr}};
+}
+
+void run_blocking(ServerState& s, Job& job, httplib::Response& res) {
+  const int n = job.gen->n();
+  std::vector<std::string> text(n);
+  std::vector<std::vector<TokenLogprobEntry>> lps(n);
+  std::vector<const char*> finish(n, nullptr);
+  Status failed;
+  while (!job.gen->done()) {
+    job.gen->poll(kPollInterval, [&](ChoiceUpdate& u) {
+      text[u.index] += u.text;
+      for (auto& e : u.logprobs) lps[u.index].push_back(std::move(e));
+      if (u.finish_reason != nullptr) finish[u.index] = u.finish_reason;
+      if (!u.error.is_ok() && failed.is_ok()) failed = u.error;
+    });
+    if (!job.gen->done() && client_gone(job.socket)) {
+      job.gen->cancel();
+      s.counters.disconnects++;
+      return;
+    }
+  }
+  if (!failed.is_ok()) {
+    ApiError e = error_from_status(failed);
+    if (e.status < 500) e = ApiError{500, "server_error", failed.message(), "", ""};
+    send_error(s, res, e);
+    return;
+  }
+  json out = envelope(job, false);
+  out["choices"] = json::array();
+  for (int i = 0; i < n; ++i) {
+    json lp;
+    if (job.req.logprobs) {
+      int64_t off = 0;
+      lp = job.req.endpoint == Endpoint::kChat ? chat_logprobs_json(lps[i])
+                                               : completion_logprobs_json(lps[i], off);
+    }
+    out["choices"].push_back(choice_json(job, i, text[i], lp, finish[i]));
+  }
+  out["usage"] = usage_json(*job.gen);
+  s.counters.completions_ok++;
+  res.status = 200;
+  res.set_content(to_json_text(out), "application/json");
+}
+
+// One call of the chunked content provider: waits for the next events and
+// writes them as SSE chunks. Returns false to end the response.
+bool stream_step(ServerState& s, Job& job, httplib::DataSink& sink) {
+  const bool chat = job.req.endpoint == Endpoint::kChat;
+  auto write = [&](const std::string& text) { return sink.write(text.data(), text.size()); };
+  if (job.finished_stream) return false;
+  bool ok = true;
+  std::string out;
+  Status failed;
+  job.gen->poll(kPollInterval, [&](ChoiceUpdate& u) {
+    if (!u.error.is_ok()) failed = u.error;
+    const bool first = chat && !job.role_sent[u.index];
+    if (u.text.empty() && u.logprobs.empty() && u.finish_reason == nullptr && !first) return;
+    // A finish with text: the text first, then an empty delta carrying the reason.
+    auto chunk = [&](const std::string& text, const std::vector<TokenLogprobEntry>& lps,
+                     const char* finish, bool role) {
+      json c = envelope(job, true);
+      json choice = {{"index", u.index}};
+      if (chat) {
+        json delta = json::object();
+        if (role) delta["role"] = "assistant";
+        if (!text.empty() || role) delta["content"] = text;
+        choice["delta"] = delta;
+      } else {
+        choice["text"] = text;
+      }
+      json lp;
+      if (job.req.logprobs && !lps.empty())
+        lp = chat ? chat_logprobs_json(lps) : completion_logprobs_json(lps, job.lp_offset[u.index]);
+      choice["logprobs"] = lp;
+      choice["finish_reason"] = finish != nullptr ? json(finish) : json();
+      c["choices"] = json::array({choice});
+      if (job.req.include_usage) c["usage"] = nullptr;
+      out += sse_event(c);
+    };
+    if (first) {
+      job.role_sent[u.index] = true;
+      chunk("", {}, nullptr, true);
+    }
+    if (!u.text.empty() || !u.logprobs.empty()) chunk(u.text, u.logprobs, nullptr, false);
+    if (u.finish_reason != nullptr) chunk("", {}, u.finish_reason, false);
+  });
+  if (!out.empty()) ok = write(out);
+  if (ok && !failed.is_ok()) {
+    ApiError e{500, "server_error", failed.message(), "", ""};
+    ok = write("data: " + error_body(e) + "\n\n");
+  }
+  if (ok && job.gen->done()) {
+    std::string tail;
+    if (job.req.include_usage) {
+      json c = envelope(job, true);
+      c["choices"] = json::array();
+      c["usage"] = usage_json(*job.gen);
+      tail += sse_event(c);
+    }
+    tail += sse_done();
+    ok = write(tail);
+    if (ok) {
+      s.counters.completions_ok++;
+      job.finished_stream = true;
+      sink.done();
+      return true;
+    }
+  }
+  if (ok && out.empty() && client_gone(job.socket)) ok = false;
+  if (!ok) {
+    job.gen->cancel();
+    s.counters.disconnects++;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void handle_completion(ServerState& s, const httplib::Request& req, httplib::Response& res,
+                       Endpoint endpoint) {
+  engine::Engine* e = s.engine.load();
+  if (e == nullptr) {
+    send_error(s, res, ApiError{503, "server_error", "the model is still loading", "", "loading"});
+    return;
+  }
+  auto parsed = parse_request(req.body, endpoint, s.config.limits);
+  if (!parsed) {
+    send_error(s, res, error_from_status(parsed.status()));
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->req = std::move(*parsed);
+  CompletionRequest& r = job->req;
+  if (!r.has_seed) {
+    // No seed given: a fresh one, drawn here at the edge (the sampler takes
+    // seeds as given).
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    r.sampling.seed = rng();
+  }
+  auto ids = prompt_ids(s, *e, r);
+  if (!ids) {
+    send_error(s, res, error_from_status(ids.status()));
+    return;
+  }
+  const int64_t default_max =
+      endpoint == Endpoint::kCompletions ? s.config.default_max_tokens_completions : 0;
+  auto max_tokens =
+      resolve_max_tokens(r, static_cast<int64_t>(ids->size()), e->config().n_ctx, default_max);
+  if (!max_tokens) {
+    send_error(s, res, error_from_status(max_tokens.status()));
+    return;
+  }
+  job->id = new_id(endpoint);
+  job->created = std::chrono::duration_cast<std::chrono::seconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  job->model = s.config.model_name;
+  job->socket = connection_socket(req);
+  job->gen = std::make_unique<Generation>(*e, r, static_cast<int64_t>(ids->size()));
+  if (Status st = job->gen->submit(*ids, *max_tokens); !st) {
+    send_error(s, res, error_from_status(st));
+    return;
+  }
+  if (!r.stream) {
+    run_blocking(s, *job, res);
+    return;
+  }
+  job->role_sent.assign(r.n, false);
+  job->lp_offset.assign(r.n, 0);
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  ServerState* sp = &s;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [sp, job](size_t, httplib::DataSink& sink) { return stream_step(*sp, *job, sink); },
+      // Runs however the response ends: a stream not read to the end is cancelled.
+      [job](bool) { job->gen->cancel(); });
+}
+
+}  // namespace sustain::server

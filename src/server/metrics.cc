@@ -1,0 +1,107 @@
+#include "server/metrics.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace sustain::server {
+namespace {
+
+// Prometheus floats: shortest round-trip text, +Inf spelled as Prometheus does.
+std::string num(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(v)) return "NaN";
+  return fmt::format("{}", v);
+}
+
+void metric(std::string& out, const std::string& name, const char* type, const std::string& help,
+            double value) {
+  out +=
+      fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, num(value));
+}
+
+}  // namespace
+
+ServerCountersSnapshot snapshot(const ServerCounters& c) {
+  ServerCountersSnapshot s;
+  s.http_requests = c.http_requests.load();
+  s.queue_rejections = c.queue_rejections.load();
+  s.client_errors = c.client_errors.load();
+  s.disconnects = c.disconnects.load();
+  s.completions_ok = c.completions_ok.load();
+  return s;
+}
+
+std::string render_histogram(const std::string& name, const std::string& help,
+                             const engine::Histogram& h) {
+  std::string out = fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < h.bounds.size(); ++i) {
+    if (i < h.counts.size()) cumulative += h.counts[i];
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, num(h.bounds[i]), cumulative);
+  }
+  // The last count is the +Inf bucket; the total is authoritative for it.
+  uint64_t total = 0;
+  for (uint64_t c : h.counts) total += c;
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, total);
+  out += fmt::format("{}_sum {}\n{}_count {}\n", name, num(h.sum), name, h.count);
+  return out;
+}
+
+std::string render_metrics(const engine::EngineStats* s, const ServerCountersSnapshot& c) {
+  std::string out;
+  metric(out, "sustain_model_loaded", "gauge", "1 once the model is loaded and serving",
+         s != nullptr ? 1 : 0);
+  metric(out, "sustain_http_requests_total", "counter", "HTTP requests received",
+         static_cast<double>(c.http_requests));
+  metric(out, "sustain_queue_rejections_total", "counter",
+         "requests rejected with 429 because the queue was full",
+         static_cast<double>(c.queue_rejections));
+  metric(out, "sustain_client_errors_total", "counter",
+         "requests answered with a 4xx other than 429", static_cast<double>(c.client_errors));
+  metric(out, "sustain_client_disconnects_total", "counter",
+         "requests whose client went away before the end (cancelled)",
+         static_cast<double>(c.disconnects));
+  if (s == nullptr) return out;
+  metric(out, "sustain_requests_running", "gauge", "sequences being prefilled or decoded",
+         s->running);
+  metric(out, "sustain_requests_waiting", "gauge", "requests queued for admission", s->waiting);
+  metric(out, "sustain_kv_pages_total", "gauge", "pages in the KV pool", s->kv_pages_total);
+  metric(out, "sustain_kv_pages_used", "gauge",
+         "KV pages held by running sequences (cached pages not included)", s->kv_pages_used);
+  metric(out, "sustain_kv_pages_cached", "gauge",
+         "KV pages held only by the prefix cache (evictable)", s->kv_pages_cached);
+  metric(out, "sustain_kv_page_tokens", "gauge", "tokens per KV page", s->page_tokens);
+  metric(out, "sustain_requests_submitted_total", "counter", "requests accepted by the engine",
+         static_cast<double>(s->requests_submitted));
+  metric(out, "sustain_requests_finished_total", "counter", "requests that ended",
+         static_cast<double>(s->requests_finished));
+  metric(out, "sustain_requests_rejected_total", "counter", "requests the engine refused",
+         static_cast<double>(s->requests_rejected));
+  metric(out, "sustain_requests_cancelled_total", "counter", "requests cancelled before the end",
+         static_cast<double>(s->requests_cancelled));
+  metric(out, "sustain_prompt_tokens_total", "counter", "prompt tokens admitted",
+         static_cast<double>(s->prompt_tokens));
+  metric(out, "sustain_prompt_tokens_computed_total", "counter",
+         "prompt tokens computed (the rest came from the prefix cache)",
+         static_cast<double>(s->prompt_tokens_computed));
+  metric(out, "sustain_generated_tokens_total", "counter", "tokens sent to clients",
+         static_cast<double>(s->generated_tokens));
+  metric(out, "sustain_prefix_cache_hits_total", "counter",
+         "requests that reused at least one cached prompt page",
+         static_cast<double>(s->prefix_cache_hits));
+  metric(out, "sustain_preemptions_total", "counter",
+         "times a running sequence was preempted for KV pages and recomputed later",
+         static_cast<double>(s->preemptions));
+  metric(out, "sustain_engine_steps_total", "counter", "engine steps run",
+         static_cast<double>(s->steps));
+  out += render_histogram("sustain_time_to_first_token_seconds",
+                          "time from submit to the first generated token", s->ttft);
+  out += render_histogram("sustain_time_per_output_token_seconds",
+                          "(E2E - TTFT) / (tokens - 1) per request", s->tpot);
+  out += render_histogram("sustain_e2e_request_latency_seconds", "time from submit to the end",
+                          s->e2e);
+  return out;
+}
+
+}  // namespace sustain::server

@@ -1,0 +1,87 @@
+// OpenAI request bodies → a typed, validated CompletionRequest. Everything a
+// client sends is checked here, before any engine work: JSON syntax and
+// nesting, field types, ranges (NaN and infinities included), counts and
+// sizes. Errors are kInvalidArgument naming the field and the value.
+// Checks that need the model (prompt length against the context, token ids
+// against the vocabulary) are the functions at the end.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "engine/api.h"
+
+namespace sustain::server {
+
+enum class Endpoint { kCompletions, kChat };
+
+struct RequestLimits {
+  int max_n = 8;                // choices per request
+  int max_stop = 4;             // stop strings (OpenAI's limit)
+  size_t max_stop_bytes = 256;  // bytes per stop string
+  int max_json_depth = 64;      // nesting of the request body
+  size_t max_messages = 4096;   // chat messages per request
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  // /v1/completions: a text prompt, or token ids when prompt_is_ids.
+  bool prompt_is_ids = false;
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  // /v1/chat/completions, in the request's key order (templates that print
+  // tool schemas with tojson show it, as Python's Jinja does).
+  nlohmann::ordered_json messages;              // array of message objects
+  nlohmann::ordered_json tools;                 // null when absent
+  nlohmann::ordered_json chat_template_kwargs;  // object, or null when absent
+  std::optional<int64_t> max_tokens;            // max_tokens / max_completion_tokens
+  int n = 1;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  int top_logprobs = 0;  // alternatives per token (0..engine::kMaxTopLogprobs)
+  bool echo = false;
+  bool ignore_eos = false;
+  // OpenAI's defaults: temperature 1, top_p 1, no top-k / min-p / penalties.
+  sampling::SamplerConfig sampling = openai_sampling_defaults();
+  bool has_seed = false;
+
+  static sampling::SamplerConfig openai_sampling_defaults() {
+    sampling::SamplerConfig c;
+    c.temperature = 1.0f;
+    c.top_k = 0;
+    c.top_p = 1.0f;
+    c.min_p = 0.0f;
+    c.repeat_penalty = 1.0f;
+    c.presence_penalty = 0.0f;
+    c.frequency_penalty = 0.0f;
+    return c;
+  }
+};
+
+// Parses and validates a request body for `endpoint`.
+Expected<CompletionRequest> parse_request(std::string_view body, Endpoint endpoint,
+                                          const RequestLimits& limits);
+
+// Deepest nesting of arrays/objects in a JSON text (strings skipped), counted
+// without recursion so a hostile body cannot exhaust the stack.
+int json_depth(std::string_view text);
+
+// Every id in [0, n_vocab); the message names the first id outside.
+Status check_token_ids(const std::vector<int32_t>& ids, int32_t n_vocab);
+
+// The prompt must leave room for one generated token, and max_tokens (when
+// given) must fit beside the prompt; the messages give both numbers. Returns
+// the max_tokens to submit: as given, or `default_max` clipped to the room.
+Expected<int32_t> resolve_max_tokens(const CompletionRequest& r, int64_t n_prompt, int64_t n_ctx,
+                                     int64_t default_max);
+
+}  // namespace sustain::server
