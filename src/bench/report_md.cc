@@ -1,0 +1,417 @@
+// report.json → tables → report.md; the schema check; writing the files.
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "bench/report.h"
+
+namespace sustain::bench {
+
+using nlohmann::json;
+
+json summary_json(const Summary& s, double scale) {
+  return {{"n", s.n},
+          {"mean", s.mean * scale},
+          {"stddev", s.stddev * scale},
+          {"min", s.min * scale},
+          {"max", s.max * scale},
+          {"p50", s.p50 * scale},
+          {"p95", s.p95 * scale},
+          {"p99", s.p99 * scale}};
+}
+
+json metric_definitions() {
+  return {
+      {"percentile",
+       "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7): "
+       "h = (n-1)*p/100, x[floor h] + (h - floor h)*(x[floor h + 1] - x[floor h])"},
+      {"TTFT", "time to first token = t(first visible token) - t(submit)"},
+      {"E2E", "end-to-end latency = t(response complete) - t(submit)"},
+      {"TPOT", "time per output token of one request = (E2E - TTFT) / (output_tokens - 1)"},
+      {"ITL",
+       "inter-token latency = t(emission i+1) - t(emission i), every gap pooled over requests; "
+       "over HTTP an emission is one SSE event with text (it may carry several tokens)"},
+      {"decode.tpot_ms",
+       "context ladder: the gaps between consecutive visible tokens of the timed repetitions "
+       "(the first token, which carries the prompt, excluded), pooled over repetitions"},
+      {"decode.tok_s_p50", "1000 / tpot_ms_p50"},
+      {"decode.tok_s_p95",
+       "1000 / tpot_ms_p95: the speed 95 % of tokens were generated at or above"},
+      {"decode.tok_s_reps", "per repetition: (tokens - 1) / (t(last token) - t(first token))"},
+      {"prefill.tok_s",
+       "new prompt tokens computed / TTFT; on the ladder the new tokens are the rung's "
+       "extension of the previous rung's prompt (the rest comes from the prefix cache), "
+       "computed at depth from_ctx"},
+      {"single_stream_tok_s", "per request 1 / TPOT; reported as a distribution"},
+      {"aggregate_tok_s",
+       "sum of visible output tokens of every request / (last end - first submit)"},
+      {"bound.bandwidth_tok_s",
+       "read bandwidth (best of reps) / bytes per decode step; bytes = weights read per step "
+       "+ kv_bytes_per_token * context"},
+      {"bound.compute_tok_s",
+       "peak f32 FMA FLOP/s (best of reps) / (2 * matmul parameters + 4 * n_layer * n_head * "
+       "head_dim * context)"},
+      {"seed_model_tok_s",
+       "seed 000 §5.2 bandwidth model: peak tok/s * bytes(peak context) / bytes(context)"},
+      {"relative_to_peak",
+       "tok_s_p50 / tok_s_p50 of the peak rung (the fastest with context <= 2048)"},
+      {"kv_bytes",
+       "KV bytes the sequence holds at the end of a repetition: "
+       "kv_bytes_per_token * (ctx + n_tokens)"},
+      {"kv_pool_used_bytes",
+       "measured: KV pool pages in use while the rung decoded (the sequence and the pages the "
+       "prefix cache keeps) * page bytes"},
+      {"peak_rss_bytes", "the process's peak resident set (VmHWM) after the rung"},
+      {"tokens", "only user-visible output tokens are counted (never draft, padding or retried)"},
+  };
+}
+
+namespace {
+
+double num(const json& j, const char* key, double dflt = 0) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return dflt;
+  return j[key].get<double>();
+}
+
+std::string str(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key)) return "";
+  if (j[key].is_string()) return j[key].get<std::string>();
+  if (j[key].is_null()) return "";
+  return j[key].dump();
+}
+
+std::string f1(double v) {
+  return fmt::format("{:.1f}", v);
+}
+std::string f2(double v) {
+  return fmt::format("{:.2f}", v);
+}
+std::string mib(double b) {
+  return fmt::format("{:.1f}", b / 1048576.0);
+}
+
+std::string ctx_label(int64_t c) {
+  if (c >= 1024 && c % 1024 == 0) return fmt::format("{}K", c / 1024);
+  return std::to_string(c);
+}
+
+// "value ± stddev (n=…)" — the spread next to every figure.
+std::string with_spread(double v, const json& s, int digits = 1) {
+  const int64_t n = s.is_object() && s.contains("n") ? s["n"].get<int64_t>() : 0;
+  if (n < 2) return fmt::format("{:.{}f} (n={})", v, digits, n);
+  return fmt::format("{:.{}f} ± {:.{}f} (n={})", v, digits, num(s, "stddev"), digits, n);
+}
+
+std::string pct_spread(const json& s) {
+  return fmt::format("{:.1f} / {:.1f} / {:.1f}", num(s, "p50"), num(s, "p95"), num(s, "p99"));
+}
+
+void add_conditions(const json& r, std::vector<Table>& out) {
+  Table t{"Conditions", "", {"condition", "value"}, {}};
+  if (!r.contains("conditions")) return;
+  const json& c = r["conditions"];
+  for (const auto& [group, vals] : c.items()) {
+    if (!vals.is_object()) {
+      t.rows.push_back({group, vals.is_string() ? vals.get<std::string>() : vals.dump()});
+      continue;
+    }
+    for (const auto& [k, v] : vals.items())
+      t.rows.push_back({group + "." + k, v.is_string() ? v.get<std::string>() : v.dump()});
+  }
+  out.push_back(std::move(t));
+}
+
+void add_machine(const json& r, std::vector<Table>& out) {
+  if (!r.contains("machine") || !r["machine"].is_object()) return;
+  const json& b = r["machine"];
+  Table t{"Machine roofline", "", {"measure", "best", "median", "samples"}, {}};
+  const auto samples = [](const json& a) {
+    std::string s;
+    for (const auto& v : a) s += (s.empty() ? "" : ", ") + f1(v.get<double>());
+    return s;
+  };
+  t.note = fmt::format("{} threads, {} MiB buffer", num(b, "threads"), mib(num(b, "buffer_bytes")));
+  t.rows.push_back({"read bandwidth (GB/s)", f1(num(b, "read_gbps_best")),
+                    f1(num(b, "read_gbps_median")), samples(b.value("read_gbps", json::array()))});
+  t.rows.push_back({"f32 FMA peak (GFLOP/s)", f1(num(b, "fma_gflops_best")),
+                    f1(num(b, "fma_gflops_median")),
+                    samples(b.value("fma_gflops", json::array()))});
+  out.push_back(std::move(t));
+}
+
+void add_ladder(const json& r, std::vector<Table>& out) {
+  if (!r.contains("ladder") || r["ladder"].empty()) return;
+  Table t{"Context ladder (decode)",
+          "tok/s P50 ± run-to-run stddev of the per-repetition rates; TPOT percentiles over "
+          "every timed token; bounds at the mean decode context",
+          {"ctx", "tok/s P50", "tok/s P95", "TPOT ms P50 / P95 / P99", "rel. peak", "KV MiB",
+           "peak RSS MiB", "bandwidth bound tok/s", "measured ÷ bound", "compute bound tok/s",
+           "seed model tok/s"},
+          {}};
+  for (const auto& g : r["ladder"]) {
+    const json& d = g["decode"];
+    const json& b = g["bound"];
+    t.rows.push_back(
+        {ctx_label(g["ctx"].get<int64_t>()),
+         with_spread(num(d, "tok_s_p50"), d.value("tok_s_spread", json())), f1(num(d, "tok_s_p95")),
+         fmt::format("{:.2f} / {:.2f} / {:.2f}", num(d, "tpot_ms_p50"), num(d, "tpot_ms_p95"),
+                     num(d, "tpot_ms_p99")),
+         fmt::format("{:.0f} %", 100 * num(g, "relative_to_peak")), mib(num(g, "kv_bytes")),
+         mib(num(g, "peak_rss_bytes")), f1(num(b, "bandwidth_tok_s")),
+         fmt::format("{:.0f} %", 100 * num(b, "measured_over_bandwidth")),
+         f1(num(b, "compute_tok_s")), f1(num(g, "seed_model_tok_s"))});
+  }
+  out.push_back(std::move(t));
+}
+
+void add_prefill(const json& r, std::vector<Table>& out) {
+  if (!r.contains("prefill") || !r["prefill"].is_object()) return;
+  const json& p = r["prefill"];
+  if (p.contains("points") && !p["points"].empty()) {
+    Table t{"Prefill gradient",
+            "prompt tok/s = new tokens ÷ TTFT, new tokens computed on top of `from` cached "
+            "tokens; ± is the stddev over repetitions where there are several",
+            {"source", "from", "to", "new tokens", "TTFT ms", "prompt tok/s"},
+            {}};
+    for (const auto& q : p["points"])
+      t.rows.push_back({str(q, "source"), ctx_label(q["from_ctx"].get<int64_t>()),
+                        ctx_label(q["ctx"].get<int64_t>()),
+                        std::to_string(q["new_tokens"].get<int64_t>()),
+                        with_spread(num(q, "ttft_ms"), q.value("ttft_ms_spread", json()), 0),
+                        f1(num(q, "tok_s"))});
+    out.push_back(std::move(t));
+  }
+  if (p.contains("projected") && !p["projected"].empty()) {
+    const json& fit = p["fit"];
+    Table t{"Projected full re-prefill",
+            fmt::format("what re-reading a whole window from scratch costs (an agent harness "
+                        "after compaction), from the fit t(depth) = a + b·depth per token: "
+                        "a = {:.4f} ms, b = {:.3g} ms per token of depth ({} points)",
+                        num(fit, "a_ms"), num(fit, "b_ms"), num(fit, "points")),
+            {"window", "projected wait s"},
+            {}};
+    for (const auto& q : p["projected"])
+      t.rows.push_back({ctx_label(q["ctx"].get<int64_t>()), f1(num(q, "seconds"))});
+    out.push_back(std::move(t));
+  }
+}
+
+void add_concurrency(const json& r, std::vector<Table>& out) {
+  if (!r.contains("concurrency") || !r["concurrency"].is_object()) return;
+  const json& c = r["concurrency"];
+  if (!c.contains("levels") || c["levels"].empty()) return;
+  Table t{"Concurrency ladder",
+          fmt::format("target {}, prompt {} {}, {} output tokens per request; latencies in ms "
+                      "as P50 / P95 / P99; single-stream = per request 1/TPOT, aggregate = all "
+                      "visible tokens ÷ wall time",
+                      str(c, "target"), num(c, "prompt_length"), str(c, "prompt_unit"),
+                      num(c, "max_tokens")),
+          {"mode", "N", "rate req/s", "requests (failed)", "aggregate tok/s",
+           "single-stream tok/s P50", "TTFT", "TPOT", "ITL", "E2E"},
+          {}};
+  for (const auto& l : c["levels"]) {
+    t.rows.push_back(
+        {str(l, "mode"), std::to_string(l["concurrency"].get<int64_t>()),
+         str(l, "mode") == "poisson" ? f2(num(l, "rate_req_s")) : "-",
+         fmt::format("{} ({})", l["requests"].get<int64_t>(), l["failed"].get<int64_t>()),
+         f1(num(l, "aggregate_tok_s")),
+         with_spread(num(l["stream_tok_s"], "p50"), l["stream_tok_s"]), pct_spread(l["ttft_ms"]),
+         pct_spread(l["tpot_ms"]), pct_spread(l["itl_ms"]), pct_spread(l["e2e_ms"])});
+  }
+  out.push_back(std::move(t));
+}
+
+void add_ablation(const json& r, std::vector<Table>& out) {
+  if (!r.contains("ablation") || !r["ablation"].is_object()) return;
+  const json& a = r["ablation"];
+  if (!a.contains("rows") || a["rows"].empty()) return;
+  std::vector<int64_t> ctxs;
+  for (const auto& g : a["rows"][0]["ladder"]) ctxs.push_back(g["ctx"].get<int64_t>());
+  Table t{"Ablation",
+          "each row switches one thing on top of the row above; tok/s P50 per context with "
+          "the change vs the previous row",
+          {"row", "switch"},
+          {}};
+  for (int64_t c : ctxs) t.header.push_back(ctx_label(c) + " tok/s (Δ)");
+  t.header.push_back("quality cost");
+  for (const auto& row : a["rows"]) {
+    std::vector<std::string> cells = {str(row, "name"), str(row, "switch")};
+    const json& lad = row["ladder"];
+    for (size_t i = 0; i < ctxs.size(); ++i) {
+      if (i >= lad.size()) {
+        cells.push_back("-");
+        continue;
+      }
+      const json& g = lad[i];
+      std::string cell = f1(num(g, "tok_s_p50"));
+      if (g.contains("delta_pct") && g["delta_pct"].is_number())
+        cell += fmt::format(" ({:+.1f} %)", g["delta_pct"].get<double>());
+      cells.push_back(cell);
+    }
+    cells.push_back(row.contains("quality") && !row["quality"].is_null() ? row["quality"].dump()
+                                                                         : "not measured");
+    t.rows.push_back(std::move(cells));
+  }
+  out.push_back(std::move(t));
+}
+
+void add_metrics(const json& r, std::vector<Table>& out) {
+  if (!r.contains("metrics") || !r["metrics"].is_object()) return;
+  Table t{"Metric definitions", "", {"metric", "formula"}, {}};
+  for (const auto& [k, v] : r["metrics"].items()) t.rows.push_back({k, v.get<std::string>()});
+  out.push_back(std::move(t));
+}
+
+std::string md_cell(std::string s) {
+  std::string o;
+  for (char ch : s) {
+    if (ch == '|')
+      o += "\\|";
+    else if (ch == '\n')
+      o += ' ';
+    else
+      o += ch;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::vector<Table> report_tables(const json& r) {
+  std::vector<Table> out;
+  add_ladder(r, out);
+  add_prefill(r, out);
+  add_concurrency(r, out);
+  add_ablation(r, out);
+  add_machine(r, out);
+  add_conditions(r, out);
+  add_metrics(r, out);
+  return out;
+}
+
+std::string render_markdown(const json& r) {
+  std::string s = "# sustain bench report\n\n";
+  s += fmt::format("Created {} by `{}`.\n\n", str(r, "created_utc"), str(r, "command_line"));
+  if (r.contains("notes") && !r["notes"].empty()) {
+    for (const auto& n : r["notes"]) s += "- " + n.get<std::string>() + "\n";
+    s += "\n";
+  }
+  for (const Table& t : report_tables(r)) {
+    s += "## " + t.title + "\n\n";
+    if (!t.note.empty()) s += t.note + "\n\n";
+    s += "|";
+    for (const auto& h : t.header) s += fmt::format(" {} |", md_cell(h));
+    s += "\n|";
+    for (size_t i = 0; i < t.header.size(); ++i) s += "---|";
+    s += "\n";
+    for (const auto& row : t.rows) {
+      s += "|";
+      for (const auto& c : row) s += fmt::format(" {} |", md_cell(c));
+      s += "\n";
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+namespace {
+
+Status need(const json& j, const std::string& path, const char* key, json::value_t type) {
+  if (!j.is_object() || !j.contains(key))
+    return error(Code::kInvalidArgument, "report: missing field {}.{}", path, key);
+  const json& v = j[key];
+  const bool ok = type == json::value_t::number_float      ? v.is_number()
+                  : type == json::value_t::number_unsigned ? v.is_number_integer()
+                                                           : v.type() == type;
+  if (!ok)
+    return error(Code::kInvalidArgument, "report: field {}.{} has type {}, expected {}", path, key,
+                 v.type_name(), json(type).type_name());
+  return Status::ok();
+}
+
+}  // namespace
+
+Status validate_report(const json& r) {
+  using V = json::value_t;
+  SUSTAIN_TRY(need(r, "", "schema", V::string));
+  if (r["schema"] != kReportSchema)
+    return error(Code::kInvalidArgument, "report: schema is '{}', expected '{}'", str(r, "schema"),
+                 kReportSchema);
+  SUSTAIN_TRY(need(r, "", "schema_version", V::number_unsigned));
+  SUSTAIN_TRY(need(r, "", "created_utc", V::string));
+  SUSTAIN_TRY(need(r, "", "conditions", V::object));
+  SUSTAIN_TRY(need(r, "", "metrics", V::object));
+  SUSTAIN_TRY(need(r, "", "ladder", V::array));
+  const json& c = r["conditions"];
+  for (const char* g : {"target", "machine", "build", "workload", "sampler"})
+    SUSTAIN_TRY(need(c, "conditions", g, V::object));
+  const bool in_process = c["target"].value("kind", "") == "in-process";
+  if (in_process) {
+    for (const char* g : {"model", "kv", "engine"})
+      SUSTAIN_TRY(need(c, "conditions", g, V::object));
+    for (const char* k : {"arch", "name", "path", "tensor_formats"})
+      if (!c["model"].contains(k))
+        return error(Code::kInvalidArgument, "report: missing field conditions.model.{}", k);
+    SUSTAIN_TRY(need(c["model"], "conditions.model", "parameters", V::number_unsigned));
+    SUSTAIN_TRY(need(c["kv"], "conditions.kv", "k_type", V::string));
+    SUSTAIN_TRY(need(c["kv"], "conditions.kv", "v_type", V::string));
+    SUSTAIN_TRY(need(c["engine"], "conditions.engine", "threads", V::number_unsigned));
+    SUSTAIN_TRY(need(c["engine"], "conditions.engine", "batch_tokens", V::number_unsigned));
+  }
+  for (const char* k : {"cpu_model", "features"})
+    if (!c["machine"].contains(k))
+      return error(Code::kInvalidArgument, "report: missing field conditions.machine.{}", k);
+  for (const char* k : {"git_commit", "build_type", "version"})
+    SUSTAIN_TRY(need(c["build"], "conditions.build", k, V::string));
+  for (size_t i = 0; i < r["ladder"].size(); ++i) {
+    const json& g = r["ladder"][i];
+    const std::string p = fmt::format("ladder[{}]", i);
+    SUSTAIN_TRY(need(g, p, "ctx", V::number_unsigned));
+    SUSTAIN_TRY(need(g, p, "decode", V::object));
+    for (const char* k : {"tok_s_p50", "tok_s_p95", "tpot_ms_p50", "tpot_ms_p95", "tpot_ms_p99"})
+      SUSTAIN_TRY(need(g["decode"], p + ".decode", k, V::number_float));
+    SUSTAIN_TRY(need(g["decode"], p + ".decode", "samples_ms", V::array));
+    SUSTAIN_TRY(need(g, p, "prefill", V::object));
+    for (const char* k : {"tok_s", "ttft_ms"})
+      SUSTAIN_TRY(need(g["prefill"], p + ".prefill", k, V::number_float));
+    SUSTAIN_TRY(need(g, p, "kv_bytes", V::number_unsigned));
+    SUSTAIN_TRY(need(g, p, "peak_rss_bytes", V::number_unsigned));
+    SUSTAIN_TRY(need(g, p, "bound", V::object));
+    for (const char* k : {"bandwidth_tok_s", "compute_tok_s"})
+      SUSTAIN_TRY(need(g["bound"], p + ".bound", k, V::number_float));
+  }
+  if (r.contains("concurrency") && !r["concurrency"].is_null()) {
+    SUSTAIN_TRY(need(r["concurrency"], "concurrency", "levels", V::array));
+    for (size_t i = 0; i < r["concurrency"]["levels"].size(); ++i) {
+      const json& l = r["concurrency"]["levels"][i];
+      const std::string p = fmt::format("concurrency.levels[{}]", i);
+      for (const char* k : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "stream_tok_s"})
+        SUSTAIN_TRY(need(l, p, k, V::object));
+      SUSTAIN_TRY(need(l, p, "aggregate_tok_s", V::number_float));
+      SUSTAIN_TRY(need(l, p, "samples", V::array));
+    }
+  }
+  return Status::ok();
+}
+
+Status write_reports(const json& report, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return error(Code::kIo, "cannot create report directory '{}': {}", dir, ec.message());
+  const std::pair<std::string, std::string> files[] = {
+      {"report.json", report.dump(2) + "\n"},
+      {"report.md", render_markdown(report)},
+      {"report.html", render_html(report)},
+  };
+  for (const auto& [name, text] : files) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    std::ofstream f(path, std::ios::binary);
+    f << text;
+    f.close();
+    if (!f) return error(Code::kIo, "cannot write '{}'", path);
+  }
+  return Status::ok();
+}
+
+}  // namespace sustain::bench

@@ -1,0 +1,106 @@
+#include "bench/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sustain::bench {
+
+Expected<double> percentile(std::vector<double> x, double p) {
+  if (x.empty()) return error(Code::kInvalidArgument, "percentile of an empty sample");
+  if (!(p >= 0.0 && p <= 100.0))
+    return error(Code::kInvalidArgument, "percentile p={} is outside [0, 100]", p);
+  std::sort(x.begin(), x.end());
+  const double h = (static_cast<double>(x.size()) - 1.0) * p / 100.0;
+  const auto lo = static_cast<size_t>(std::floor(h));
+  const size_t hi = std::min(lo + 1, x.size() - 1);
+  return x[lo] + (h - static_cast<double>(lo)) * (x[hi] - x[lo]);
+}
+
+Summary summarize(const std::vector<double>& x) {
+  Summary s;
+  if (x.empty()) return s;
+  s.n = static_cast<int64_t>(x.size());
+  std::vector<double> v = x;
+  std::sort(v.begin(), v.end());
+  s.min = v.front();
+  s.max = v.back();
+  double sum = 0;
+  for (double d : v) sum += d;
+  s.mean = sum / static_cast<double>(s.n);
+  if (s.n > 1) {
+    double ss = 0;
+    for (double d : v) ss += (d - s.mean) * (d - s.mean);
+    s.stddev = std::sqrt(ss / static_cast<double>(s.n - 1));
+  }
+  s.p50 = *percentile(v, 50);
+  s.p95 = *percentile(v, 95);
+  s.p99 = *percentile(v, 99);
+  return s;
+}
+
+Expected<RequestMetrics> request_metrics(const RequestTiming& r) {
+  if (r.token_times.empty())
+    return error(Code::kInvalidArgument, "request has no token timestamp (output_tokens={})",
+                 r.output_tokens);
+  if (r.token_times.front() < r.t_submit)
+    return error(Code::kInvalidArgument, "first token at {} s precedes the submit at {} s",
+                 r.token_times.front(), r.t_submit);
+  if (r.t_end < r.token_times.back())
+    return error(Code::kInvalidArgument, "end at {} s precedes the last token at {} s", r.t_end,
+                 r.token_times.back());
+  RequestMetrics m;
+  m.ttft = r.token_times.front() - r.t_submit;
+  m.e2e = r.t_end - r.t_submit;
+  for (size_t i = 1; i < r.token_times.size(); ++i) {
+    const double gap = r.token_times[i] - r.token_times[i - 1];
+    if (gap < 0)
+      return error(Code::kInvalidArgument, "token {} at {} s precedes token {} at {} s", i,
+                   r.token_times[i], i - 1, r.token_times[i - 1]);
+    m.itl.push_back(gap);
+  }
+  if (r.output_tokens >= 2) {
+    m.has_tpot = true;
+    m.tpot = (m.e2e - m.ttft) / static_cast<double>(r.output_tokens - 1);
+  }
+  return m;
+}
+
+Expected<LoadMetrics> load_metrics(const std::vector<RequestTiming>& reqs) {
+  LoadMetrics out;
+  std::vector<double> ttft, tpot, itl, e2e, rate;
+  double t0 = std::numeric_limits<double>::infinity(), t1 = -t0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const RequestTiming& r = reqs[i];
+    ++out.requests;
+    if (!r.ok) {
+      ++out.failed;
+      continue;
+    }
+    auto m = request_metrics(r);
+    if (!m) return m.status().with_context(fmt::format("request {}", i));
+    t0 = std::min(t0, r.t_submit);
+    t1 = std::max(t1, r.t_end);
+    out.output_tokens += r.output_tokens;
+    out.prompt_tokens += r.prompt_tokens;
+    ttft.push_back(m->ttft);
+    e2e.push_back(m->e2e);
+    itl.insert(itl.end(), m->itl.begin(), m->itl.end());
+    if (m->has_tpot) {
+      tpot.push_back(m->tpot);
+      if (m->tpot > 0) rate.push_back(1.0 / m->tpot);
+    }
+  }
+  if (t1 > t0) {
+    out.wall_s = t1 - t0;
+    out.aggregate_tok_s = static_cast<double>(out.output_tokens) / out.wall_s;
+  }
+  out.ttft = summarize(ttft);
+  out.tpot = summarize(tpot);
+  out.itl = summarize(itl);
+  out.e2e = summarize(e2e);
+  out.stream_tok_s = summarize(rate);
+  return out;
+}
+
+}  // namespace sustain::bench

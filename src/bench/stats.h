@@ -1,0 +1,69 @@
+// Statistics for bench reports (DESIGN.md §6): percentiles, summaries with
+// their spread, and the per-request latency metrics (TTFT, TPOT, ITL, E2E)
+// computed from token timestamps. Names and formulas are written into every
+// report because tools disagree on them; docs/bench.md lists them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+
+namespace sustain::bench {
+
+// The p-th percentile (p in [0, 100]) of `x`, by linear interpolation
+// between closest ranks (numpy's default, Hyndman & Fan type 7): sort x,
+// h = (n − 1)·p/100, result = x[⌊h⌋] + (h − ⌊h⌋)·(x[⌊h⌋+1] − x[⌊h⌋]).
+// kInvalidArgument for an empty sample or p outside [0, 100].
+Expected<double> percentile(std::vector<double> x, double p);
+
+// A sample and its spread. Empty samples give n = 0 and zeros.
+struct Summary {
+  int64_t n = 0;
+  double mean = 0, stddev = 0;  // stddev: sample (n − 1) standard deviation; 0 when n < 2
+  double min = 0, max = 0;
+  double p50 = 0, p95 = 0, p99 = 0;
+};
+Summary summarize(const std::vector<double>& x);
+
+// One request as a client saw it, times in seconds from an arbitrary origin.
+// `token_times` holds one entry per *emission* the client observed (an
+// engine token, or an SSE event that may carry several tokens); only
+// user-visible tokens belong here (draft, padding and retried tokens never).
+struct RequestTiming {
+  double t_submit = 0;
+  std::vector<double> token_times;
+  double t_end = 0;           // response complete
+  int64_t output_tokens = 0;  // user-visible tokens (from usage for HTTP)
+  int64_t prompt_tokens = 0;
+  bool ok = true;
+};
+
+// Per-request metrics:
+//   TTFT = t_first_token − t_submit
+//   E2E  = t_end − t_submit
+//   TPOT = (E2E − TTFT) / (output_tokens − 1)      (only when output_tokens ≥ 2)
+//   ITL  = t_token[i+1] − t_token[i]               (every gap, pooled over requests)
+//   decode tok/s of one stream = 1 / TPOT
+struct RequestMetrics {
+  double ttft = 0, e2e = 0;
+  bool has_tpot = false;
+  double tpot = 0;
+  std::vector<double> itl;
+};
+// kInvalidArgument when the request has no token, or times go backwards.
+Expected<RequestMetrics> request_metrics(const RequestTiming& r);
+
+// Metrics of a set of requests run together (one rung of a concurrency
+// ladder). Failed requests (ok = false) are counted, never timed.
+struct LoadMetrics {
+  int64_t requests = 0, failed = 0;
+  int64_t output_tokens = 0, prompt_tokens = 0;
+  double wall_s = 0;             // first submit → last end
+  Summary ttft, tpot, itl, e2e;  // seconds
+  Summary stream_tok_s;          // per request: 1 / TPOT (single-stream speed)
+  double aggregate_tok_s = 0;    // Σ output_tokens / wall_s
+};
+Expected<LoadMetrics> load_metrics(const std::vector<RequestTiming>& reqs);
+
+}  // namespace sustain::bench
