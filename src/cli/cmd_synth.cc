@@ -1,4 +1,5 @@
 // `sustain synth`: a random-weight GGUF in the exact shape of a real model.
+#include <cmath>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -7,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "model/weights.h"
+#include "tools/needle_retriever.h"
 #include "tools/presets.h"
 #include "tools/synth.h"
 
@@ -22,7 +24,26 @@ struct SynthArgs {
   int threads = 0;
   bool list = false;
   bool all = false;
+  std::string variant = "default";  // needle-retriever only; NaN keeps the variant's value
+  double pos_gap = std::nan(""), match_gap = std::nan(""), background = std::nan("");
 };
+
+// The hand-built needle retriever (tools/needle_retriever.h): constructed, not random.
+int run_needle_retriever(const SynthArgs& a) {
+  auto opt = tools::retriever_variant(a.variant);
+  if (!opt) return fail(opt.status().message());
+  opt->seed = a.seed;
+  if (!std::isnan(a.pos_gap)) opt->pos_gap = a.pos_gap;
+  if (!std::isnan(a.match_gap)) opt->match_gap = a.match_gap;
+  if (!std::isnan(a.background)) opt->background = a.background;
+  const std::string out =
+      a.out.empty() ? fmt::format("{}-{}.gguf", tools::kNeedleRetrieverPreset, a.variant) : a.out;
+  auto r = tools::write_needle_retriever(*opt, out);
+  if (!r) return fail(r.status().message());
+  std::printf("%s  (%.1f MiB; variant %s, layer 0 uses %d RoPE pairs)\n", out.c_str(),
+              r->file_bytes / 1048576.0, a.variant.c_str(), r->pos_pairs);
+  return 0;
+}
 
 int list_presets(bool all) {
   std::printf("%-14s %-6s %9s %7s %6s %6s %9s %7s %8s  %s\n", "preset", "arch", "params", "layers",
@@ -40,6 +61,7 @@ int list_presets(bool all) {
 
 int run_synth(const SynthArgs& a) {
   if (a.list) return list_presets(a.all);
+  if (a.preset == tools::kNeedleRetrieverPreset) return run_needle_retriever(a);
   const tools::Preset* p = tools::find_preset(a.preset);
   if (!p) return fail(fmt::format("unknown preset '{}' (known: {})", a.preset, tools::preset_names()));
   auto ft = tools::file_type_from_name(a.type);
@@ -81,6 +103,16 @@ Runner add_synth(CLI::App& app) {
                   "vocabulary");
   sub->add_option("-t,--threads", a->threads, "worker threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
+  sub->add_option("--variant", a->variant,
+                  "with --preset needle-retriever: default, control, dense or cut<F> (e.g. cut0.1)")
+      ->capture_default_str();
+  sub->add_option("--pos-gap", a->pos_gap,
+                  "needle-retriever: layer 0's logit gap for the previous token (default 30)");
+  sub->add_option("--match-gap", a->match_gap,
+                  "needle-retriever: layer 1's logit for a key match (default 30)");
+  sub->add_option("--background", a->background,
+                  "needle-retriever dense: norm of every key's random background, relative to "
+                  "its signal (default 0.05)");
   sub->add_flag("--list", a->list, "list the presets with their parameter counts");
   sub->add_flag("--all", a->all, "with --list: include the tiny presets used by tests");
   return [a] { return run_synth(*a); };
