@@ -58,6 +58,9 @@ int run_serve(const ServeArgs& a) {
   ec.n_ctx = a.m.ctx;
   ec.n_parallel = a.n_parallel;
   ec.kv_tokens = a.kv_tokens;
+  auto budget = kv_budget_bytes(a.m);
+  if (!budget) return fail(budget.status().message());
+  ec.kv_budget_bytes = *budget;
   ec.page_tokens = a.page_tokens;
   ec.batch_tokens = a.m.batch;
   ec.ubatch_tokens = a.m.ubatch;

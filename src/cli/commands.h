@@ -17,6 +17,10 @@ Runner add_quantize(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_run(CLI::App& app);
+Runner add_plan(CLI::App& app);
+Runner add_bench(CLI::App& app);
+Runner add_serve(CLI::App& app);
+Runner add_eval(CLI::App& app);
 
 // Prints "sustain: error: <msg>" to stderr; returns the exit code for errors.
 int fail(const std::string& msg);

@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
   reg(add_info(app));
   reg(add_synth(app));
   reg(add_quantize(app));
+  reg(add_plan(app));
+  reg(add_bench(app));
+  reg(add_serve(app));
+  reg(add_eval(app));
   std::vector<std::string> args = expand_llama_cpp_aliases(argc, argv);
   std::vector<char*> argv2;
   for (auto& a : args) argv2.push_back(a.data());

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "plan/parse.h"
 
 namespace sustain::cli {
 
@@ -34,12 +35,13 @@ void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_ca
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
     sub->add_option("--cache-type-k", a.cache_type_k, "K cache format (alias -ctk): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, fp8")
         ->capture_default_str();
+    sub->add_option("--kv-budget", a.kv_budget,
+                    "size the KV pool by bytes (e.g. 2G, 1.5GiB, 800MB) instead of -c; an error "
+                    "names the largest context that fits");
     sub->add_option("--cache-type-v", a.cache_type_v, "V cache format (alias -ctv): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, fp8")
         ->capture_default_str();
   }
 }
-
-namespace {
 
 Expected<QType> kv_type(const std::string& name, const char* flag) {
   // llama.cpp's spellings; fp8 is sustain's (E4M3).
@@ -55,7 +57,14 @@ Expected<QType> kv_type(const std::string& name, const char* flag) {
                flag, name);
 }
 
-}  // namespace
+Expected<int64_t> kv_budget_bytes(const ModelArgs& a) {
+  if (a.kv_budget.empty()) return int64_t{0};
+  SUSTAIN_ASSIGN_OR_RETURN(uint64_t b, plan::parse_bytes(a.kv_budget, "--kv-budget"));
+  if (b == 0 || b > (uint64_t{1} << 50))
+    return error(Code::kInvalidArgument, "--kv-budget '{}' must be between 1 byte and 1 PiB",
+                 a.kv_budget);
+  return static_cast<int64_t>(b);
+}
 
 Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_cache) {
   auto s = std::make_unique<Session>();
@@ -66,7 +75,19 @@ Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_ca
   SUSTAIN_ASSIGN_OR_RETURN(QType kt, kv_type(a.cache_type_k, "--cache-type-k"));
   SUSTAIN_ASSIGN_OR_RETURN(QType vt, kv_type(a.cache_type_v, "--cache-type-v"));
   s->ctx = a.ctx;
-  SUSTAIN_ASSIGN_OR_RETURN(auto cache, kv::KvCache::create(s->model->kv_geometry(kt, vt), a.ctx));
+  const kv::KvGeometry g = s->model->kv_geometry(kt, vt);
+  SUSTAIN_ASSIGN_OR_RETURN(int64_t budget, kv_budget_bytes(a));
+  if (budget > 0) {
+    const int64_t fit = budget / static_cast<int64_t>(g.page_bytes()) * g.page_tokens;
+    if (fit < a.ctx)
+      return error(Code::kOutOfMemory,
+                   "--kv-budget {} ({} bytes) holds {} tokens of KV ({} bytes per token with K {} "
+                   "and V {}), fewer than the context of {} tokens, which needs {} bytes; the "
+                   "largest context that fits is {} tokens (use -c {})",
+                   a.kv_budget, budget, fit, g.bytes_per_token(), a.cache_type_k, a.cache_type_v,
+                   a.ctx, g.pool_bytes(a.ctx), fit, fit);
+  }
+  SUSTAIN_ASSIGN_OR_RETURN(auto cache, kv::KvCache::create(g, a.ctx));
   s->cache.emplace(std::move(cache));
   s->pool = std::make_unique<ThreadPool>(a.threads > 0 ? a.threads : default_threads());
   s->ws = s->model->make_workspace(std::min({a.batch, a.ubatch, a.ctx}), s->pool->size());

@@ -26,12 +26,20 @@ struct ModelArgs {
   int64_t batch = 512;   // logical batch: prompt tokens per forward call
   int64_t ubatch = 512;  // physical batch: tokens computed at once (workspace size)
   std::string cache_type_k = "f16", cache_type_v = "f16";
+  std::string kv_budget;  // --kv-budget: KV pool size in bytes ("2G", "1.5GiB", ...)
   bool no_bos = false;
   bool special = false;
 };
 
 // -m, -c, -t, -b; with_prompt adds -p / -f / --no-bos / --special.
 void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_cache);
+
+// --kv-budget in bytes (0 when not given); errors name the flag and value.
+Expected<int64_t> kv_budget_bytes(const ModelArgs& a);
+
+// A KV cache format by its llama.cpp name (f16, q8_0, ..., fp8); `flag` names
+// the option in the error.
+Expected<QType> kv_type(const std::string& name, const char* flag);
 
 struct Session {
   std::unique_ptr<Model> model;

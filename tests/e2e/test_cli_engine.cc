@@ -119,6 +119,18 @@ TEST(CliRun, BadInputGivesClearErrors) {
     EXPECT_NE(r.exit_code, 0) << flag;
     EXPECT_NE(r.err.find("error"), std::string::npos) << flag << ": " << r.err;
   }
+  // A KV budget below the context: the bytes needed and the largest context.
+  // aidreams260K: 4 layers x 4 KV heads x (16 + 16) x 2 bytes = 1024 bytes
+  // per token of f16 K and V; 100K holds 100 tokens = 3 pages of 32 = 96.
+  r = run_cli("run" + m + " -p hi -c 512 --kv-budget 100K");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("needs 524288 bytes"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("largest context that fits is 96 tokens"), std::string::npos) << r.err;
+  r = run_cli("run" + m + " -p hi -n 2 -c 96 --kv-budget 100K");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_cli("run" + m + " -p hi --kv-budget 12parsecs");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--kv-budget"), std::string::npos) << r.err;
   r = run_cli("run" + m + " -p hi -ctk q9_9");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("q9_9"), std::string::npos) << r.err;
