@@ -1,0 +1,207 @@
+// Sustained speed at depth, model level: for each K/V cache format and each
+// depth d, fill the cache to d tokens (untimed), then time
+//   pp: one 512-token prompt chunk at depth d  (prompt tok/s)
+//   tg: n single-token decode steps at depth d (decode tok/s)
+// the same two measurements as `llama-bench -d D -p 512 -n 64`, so the two
+// tools can be run side by side on one GGUF file. Each figure is the median
+// of -r repetitions, with the min..max spread.
+//
+//   bench_depth -m model.gguf -d 0,4096,16384,32768 -ctk f16,q8_0,q4_0 -t 2
+//   bench_depth -m model.gguf -d 262144 -ctk q4_0 --fill random -p 0
+//
+// --fill real (default) runs the model over d random tokens, as llama-bench
+// does; --fill random writes random K/V rows straight into the cache (the
+// decode cost of attention does not depend on the values), which makes
+// depths like 256K measurable where a real fill would take hours on 2 cores.
+// Rows are labeled with the fill used.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "tensor/qtype.h"
+
+namespace sustain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string model;
+  std::vector<int64_t> depths = {0, 4096, 16384, 32768};
+  std::vector<std::string> kv = {"f16"};  // each entry "k" or "k:v"
+  int64_t n_prompt = 512, n_gen = 64;
+  int reps = 3, threads = 0;
+  bool random_fill = false;
+};
+
+[[noreturn]] void die(const std::string& m) {
+  std::fprintf(stderr, "bench_depth: error: %s\n", m.c_str());
+  std::exit(1);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) if (!x.empty()) v.push_back(x);
+  return v;
+}
+
+int64_t to_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || x < lo || x > hi)
+    die(flag + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+        "], got '" + v + "'");
+  return x;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) die(f + " needs a value");
+      return argv[++i];
+    };
+    if (f == "-m") a.model = val();
+    else if (f == "-d") {
+      a.depths.clear();
+      for (auto& x : split(val())) a.depths.push_back(to_int("-d", x, 0, int64_t(1) << 24));
+    } else if (f == "-ctk" || f == "--kv") a.kv = split(val());
+    else if (f == "-p") a.n_prompt = to_int("-p", val(), 0, 1 << 16);
+    else if (f == "-n") a.n_gen = to_int("-n", val(), 1, 1 << 16);
+    else if (f == "-r") a.reps = static_cast<int>(to_int("-r", val(), 1, 100));
+    else if (f == "-t") a.threads = static_cast<int>(to_int("-t", val(), 1, 1024));
+    else if (f == "--fill") {
+      const std::string v = val();
+      if (v != "real" && v != "random") die("--fill must be real or random, got '" + v + "'");
+      a.random_fill = v == "random";
+    } else if (f == "-h" || f == "--help") {
+      std::printf(
+          "bench_depth -m MODEL [-d 0,4096,...] [-ctk f16,q8_0,q4_0:f16,...] [-p 512] [-n 64]\n"
+          "            [-r 3] [-t THREADS] [--fill real|random]\n"
+          "  -ctk entries are K formats (V the same) or K:V pairs.\n");
+      std::exit(0);
+    } else die("unknown flag '" + f + "' (see --help)");
+  }
+  if (a.model.empty()) die("-m MODEL is required");
+  return a;
+}
+
+QType kv_type(const std::string& s) {
+  auto t = qtype_from_name(s);
+  if (!t) die("unknown KV cache type '" + s + "'");
+  return *t;
+}
+
+struct Stat {
+  double median = 0, lo = 0, hi = 0;
+};
+Stat stat(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+}  // namespace
+}  // namespace sustain
+
+int main(int argc, char** argv) {
+  using namespace sustain;
+  const Args a = parse(argc, argv);
+  auto model = Model::load(a.model);
+  if (!model) die(model.status().message());
+  const Model& m = **model;
+  ThreadPool pool(a.threads > 0 ? a.threads : ThreadPool::hardware_threads());
+  const int64_t n_vocab = m.config().n_vocab;
+  const int64_t max_depth = *std::max_element(a.depths.begin(), a.depths.end());
+  Workspace ws = m.make_workspace(std::max<int64_t>(a.n_prompt, 1), pool.size());
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  std::mt19937 rng(1234);
+  auto token = [&] { return static_cast<int32_t>(3 + rng() % (n_vocab - 3)); };
+
+  std::printf("model %s, %d threads, fill %s, pp %lld tokens, tg %lld tokens, %d reps\n\n",
+              a.model.c_str(), pool.size(), a.random_fill ? "random K/V" : "real (model run)",
+              (long long)a.n_prompt, (long long)a.n_gen, a.reps);
+  std::printf("| K | V | depth | pp t/s (median, min..max) | tg t/s (median, min..max) | KV MiB |\n");
+  std::printf("|---|---|---:|---:|---:|---:|\n");
+  for (const std::string& spec : a.kv) {
+    const auto colon = spec.find(':');
+    const QType kt = kv_type(spec.substr(0, colon));
+    const QType vt = kv_type(colon == std::string::npos ? spec.substr(0, colon) : spec.substr(colon + 1));
+    const kv::KvGeometry g = m.kv_geometry(kt, vt);
+    auto cache = kv::KvCache::create(g, max_depth + std::max(a.n_prompt, a.n_gen) + 1);
+    if (!cache) die(cache.status().message());
+    for (int64_t depth : a.depths) {
+      kv::PageTable t;
+      // Untimed fill to `depth`.
+      if (a.random_fill) {
+        if (!cache->reserve(t, depth).is_ok()) die("KV reserve failed");
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<float> k(size_t(g.n_head_kv) * g.head_dim_k), v(size_t(g.n_head_kv) * g.head_dim_v);
+        for (int64_t p = 0; p < depth; ++p)
+          for (int l = 0; l < g.n_layer; ++l) {
+            for (auto& x : k) x = nd(rng);
+            for (auto& x : v) x = nd(rng);
+            cache->store(t, l, p, k.data(), v.data());
+          }
+      } else {
+        for (int64_t done = 0; done < depth;) {
+          const int64_t n = std::min<int64_t>(ws.max_tokens, depth - done);
+          if (!cache->reserve(t, n).is_ok()) die("KV reserve failed");
+          Batch b;
+          b.seqs = {&t};
+          for (int64_t i = 0; i < n; ++i) b.tokens.push_back({token(), 0, done + i, i == n - 1});
+          auto s = m.forward(b, *cache, ws, pool, logits.data());
+          if (!s.is_ok()) die(s.message());
+          done += n;
+        }
+      }
+      std::vector<double> pp, tg;
+      for (int r = 0; r < a.reps; ++r) {
+        if (a.n_prompt > 0) {
+          if (!cache->reserve(t, a.n_prompt).is_ok()) die("KV reserve failed");
+          Batch b;
+          b.seqs = {&t};
+          for (int64_t i = 0; i < a.n_prompt; ++i)
+            b.tokens.push_back({token(), 0, depth + i, i == a.n_prompt - 1});
+          const auto t0 = Clock::now();
+          auto s = m.forward(b, *cache, ws, pool, logits.data());
+          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (!s.is_ok()) die(s.message());
+          pp.push_back(double(a.n_prompt) / sec);
+          cache->truncate(t, depth);
+        }
+        Batch b;
+        b.seqs = {&t};
+        const auto t0 = Clock::now();
+        for (int64_t i = 0; i < a.n_gen; ++i) {
+          if (!cache->reserve(t, 1).is_ok()) die("KV reserve failed");
+          b.tokens.assign(1, {token(), 0, depth + i, true});
+          auto s = m.forward(b, *cache, ws, pool, logits.data());
+          if (!s.is_ok()) die(s.message());
+        }
+        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+        tg.push_back(double(a.n_gen) / sec);
+        cache->truncate(t, depth);
+      }
+      const Stat sp = a.n_prompt > 0 ? stat(pp) : Stat{}, st = stat(tg);
+      char pps[64] = "-";
+      if (a.n_prompt > 0) std::snprintf(pps, sizeof pps, "%.1f (%.1f..%.1f)", sp.median, sp.lo, sp.hi);
+      std::printf("| %s | %s | %lld | %s | %.2f (%.2f..%.2f) | %.1f |\n",
+                  std::string(qtype_name(kt)).c_str(), std::string(qtype_name(vt)).c_str(),
+                  (long long)depth, pps, st.median, st.lo, st.hi,
+                  double(g.bytes_per_token()) * double(depth) / (1 << 20));
+      std::fflush(stdout);
+      cache->release(t);
+    }
+  }
+  return 0;
+}
