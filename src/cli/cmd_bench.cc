@@ -6,6 +6,8 @@
 // makes the model, sequences the phases and shows progress.
 #include <sys/utsname.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -26,7 +28,9 @@
 #include "bench/results.h"
 #include "bench/sysinfo.h"
 #include "cli/commands.h"
+#include "cli/plan_input.h"
 #include "cli/progress.h"
+#include "plan/plan.h"
 #include "tools/presets.h"
 #include "tools/synth.h"
 #include "bench/workloads.h"
@@ -245,6 +249,49 @@ json new_report(const BenchArgs& a) {
           {"metrics", bench::metric_definitions()},
           {"notes", json::array()},
           {"ladder", json::array()}};
+}
+
+// `sustain plan`'s prediction for the engine this run used, beside the
+// peak RSS the ladder measured (DESIGN §6: memory as measured, beside the
+// plan). The pool is given as a byte budget, so the plan's KV is the pool.
+void add_memory_plan(json& report, const engine::EngineConfig& cfg, const engine::Engine& e,
+                     int threads) {
+  plan::PlanInput in;
+  if (auto st = read_plan_file(cfg.model_path, in); !st.is_ok()) {
+    report["notes"].push_back("memory: no plan (" + st.message() + ")");
+    return;
+  }
+  in.k_type = cfg.k_type;
+  in.v_type = cfg.v_type;
+  in.page_tokens = cfg.page_tokens;
+  in.n_ctx = cfg.n_ctx;
+  in.n_parallel = cfg.n_parallel;
+  in.kv_budget_bytes = e.kv_bytes();
+  in.ubatch = std::min(cfg.batch_tokens, cfg.ubatch_tokens);
+  in.kernel_scratch_bytes = kernel_scratch(in, in.ubatch, threads);
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  in.host_capacity = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+  auto pl = plan::make_plan(in);
+  if (!pl) {
+    report["notes"].push_back("memory: no plan (" + pl.status().message() + ")");
+    return;
+  }
+  uint64_t peak = 0;
+  for (const auto& r : report["ladder"]) peak = std::max<uint64_t>(peak, r.value("peak_rss_bytes", 0));
+  json m = {{"plan_total_bytes", pl->total_bytes},   {"plan_weights_bytes", pl->weights_bytes},
+            {"plan_kv_bytes", pl->kv_bytes},         {"plan_scratch_bytes", pl->scratch_bytes},
+            {"plan_host_bytes", pl->host_bytes},     {"engine_kv_bytes", e.kv_bytes()},
+            {"measured_peak_rss_bytes", peak}};
+  if (peak > 0) m["plan_over_peak_rss"] = double(pl->total_bytes) / double(peak);
+  report["memory_plan"] = m;
+  if (peak > 0)
+    report["notes"].push_back(fmt::format(
+        "memory: sustain plan predicts {:.1f} MiB (weights {:.1f}, KV {:.1f} = the engine's "
+        "pool, scratch {:.1f}, host {:.1f}); the ladder's peak RSS was {:.1f} MiB "
+        "(plan / measured = {:.3f})",
+        pl->total_bytes / 1048576.0, pl->weights_bytes / 1048576.0, pl->kv_bytes / 1048576.0,
+        pl->scratch_bytes / 1048576.0, pl->host_bytes / 1048576.0, peak / 1048576.0,
+        double(pl->total_bytes) / double(peak)));
 }
 
 int finish_report(json& report, const BenchArgs& a) {
@@ -541,6 +588,7 @@ int run_in_process(BenchArgs a) {
     report["notes"].push_back(n);
   }
   report["ladder"] = bench::ladder_json(ladder->rungs, cost, &*bw);
+  add_memory_plan(report, cfg, e, threads);
   std::vector<int64_t> measured_ctx;
   for (const auto& r : ladder->rungs) measured_ctx.push_back(r.ctx);
 

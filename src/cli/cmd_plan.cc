@@ -15,6 +15,7 @@
 #include "bench/bandwidth.h"
 #include "cli/commands.h"
 #include "cli/model_session.h"
+#include "cli/plan_input.h"
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 #include "model/arch_config.h"
@@ -40,23 +41,6 @@ struct PlanArgs {
   bool json = false;
   bool type_given = false;  // --type was on the command line
 };
-
-plan::TensorEntry entry_of(const gguf::TensorInfo& t) {
-  return {t.name, t.type, t.shape, t.n_bytes};
-}
-
-// A GGUF file's tensors as they are stored (the file is mapped, its tensor
-// data never read).
-Status read_file(const std::string& path, plan::PlanInput& in) {
-  SUSTAIN_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(path));
-  SUSTAIN_ASSIGN_OR_RETURN(in.arch, arch_config_from_gguf(f));
-  for (const gguf::TensorInfo& t : f.tensors()) in.tensors.push_back(entry_of(t));
-  in.rope_freqs = f.find_tensor("rope_freqs.weight") != nullptr;
-  in.host = plan::default_host_costs(in.arch, in.tensors);
-  // The header (metadata with the vocabulary) is read by the tokenizer, so its pages are resident.
-  in.host.metadata_bytes = f.data_offset();
-  return Status::ok();
-}
 
 // A preset's tensors in the formats `sustain synth` / `quantize` give them.
 Status read_preset(const std::string& name, const std::string& type, plan::PlanInput& in) {
@@ -85,24 +69,6 @@ Status read_preset(const std::string& name, const std::string& type, plan::PlanI
   return Status::ok();
 }
 
-// What Model::make_workspace adds to its f32 buffers: the largest matmul
-// activation scratch over the matrices it multiplies, the attention scratch
-// and the query list (each at least 64 bytes, as there).
-uint64_t kernel_scratch(const plan::PlanInput& in, int64_t ubatch, int threads) {
-  const ArchConfig& c = in.arch;
-  uint64_t mm = 0;
-  const char* output = c.tied_output ? "token_embd.weight" : "output.weight";
-  for (const plan::TensorEntry& t : in.tensors) {
-    const bool layer_matrix = t.name.rfind("blk.", 0) == 0 && t.shape.size() == 2;
-    if (!(layer_matrix || t.name == output) || t.shape.size() != 2) continue;
-    if (!kernels::matmul_supported(t.type)) continue;
-    mm = std::max<uint64_t>(mm, kernels::matmul_scratch_bytes(t.type, t.shape[1], ubatch));
-  }
-  const uint64_t attn = attention::attention_scratch_bytes(attn_params(c), ubatch, threads);
-  return std::max<uint64_t>(mm, 64) + std::max<uint64_t>(attn, 64) +
-         static_cast<uint64_t>(ubatch) * sizeof(attention::QueryInfo);
-}
-
 uint64_t physical_memory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
@@ -118,7 +84,7 @@ Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) 
                    "--type '{}' applies to --preset only: a file's tensors count at their stored "
                    "formats (quantize it first with `sustain quantize`)",
                    a.type);
-    SUSTAIN_TRY(read_file(a.model, in));
+    SUSTAIN_TRY(read_plan_file(a.model, in));
     source = a.model;
   } else {
     SUSTAIN_TRY(read_preset(a.preset, a.type, in));

@@ -64,6 +64,12 @@ TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
     EXPECT_EQ(g["decode"]["visible_tokens_per_rep"], json({4, 4}));
   }
   EXPECT_EQ(j["ladder"][1]["ctx"], 128);
+  // sustain plan's prediction beside the measured peak RSS: the KV bytes are
+  // the engine's pool exactly, and the total is within 10 % of the RSS.
+  ASSERT_TRUE(j.contains("memory_plan")) << j["notes"].dump();
+  EXPECT_EQ(j["memory_plan"]["plan_kv_bytes"], j["memory_plan"]["engine_kv_bytes"]);
+  EXPECT_GT(j["memory_plan"]["measured_peak_rss_bytes"].get<uint64_t>(), 0u);
+  EXPECT_NEAR(j["memory_plan"]["plan_over_peak_rss"].get<double>(), 1.0, 0.10);
   EXPECT_EQ(j["ladder"][1]["prefill"]["from_ctx"].get<int64_t>() +
                 j["ladder"][1]["prefill"]["new_tokens"].get<int64_t>(),
             128);
