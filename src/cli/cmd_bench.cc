@@ -31,6 +31,7 @@
 #include "cli/plan_input.h"
 #include "cli/progress.h"
 #include "plan/plan.h"
+#include "tensor/kv_names.h"
 #include "tools/presets.h"
 #include "tools/synth.h"
 #include "bench/workloads.h"
@@ -113,14 +114,7 @@ Expected<std::vector<double>> parse_rates(const std::string& s) {
 }
 
 Expected<QType> kv_format(const std::string& name, const char* flag) {
-  std::string n = name;
-  if (n == "fp8") n = "FP8_E4M3";
-  const auto t = qtype_from_name(n);
-  if (!t)
-    return error(Code::kInvalidArgument,
-                 "{} '{}' is not a KV format (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, fp8)",
-                 flag, name);
-  return *t;
+  return kv_cache_type(name, flag);
 }
 
 std::string utc_now(const char* format) {

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "plan/parse.h"
+#include "tensor/kv_names.h"
 
 namespace sustain::cli {
 
@@ -44,17 +45,7 @@ void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_ca
 }
 
 Expected<QType> kv_type(const std::string& name, const char* flag) {
-  // llama.cpp's spellings; fp8 is sustain's (E4M3).
-  static const std::pair<const char*, QType> kTypes[] = {
-      {"f32", QType::F32},   {"f16", QType::F16},   {"bf16", QType::BF16},
-      {"q8_0", QType::Q8_0}, {"q4_0", QType::Q4_0}, {"q4_1", QType::Q4_1},
-      {"q5_0", QType::Q5_0}, {"q5_1", QType::Q5_1}, {"fp8", QType::FP8_E4M3}};
-  for (const auto& [n, t] : kTypes)
-    if (name == n) return t;
-  return error(Code::kInvalidArgument,
-               "{} '{}' is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-               "q5_1, fp8)",
-               flag, name);
+  return kv_cache_type(name, flag);
 }
 
 Expected<int64_t> kv_budget_bytes(const ModelArgs& a) {

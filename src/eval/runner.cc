@@ -3,28 +3,14 @@
 #include <algorithm>
 #include <utility>
 
+#include "tensor/kv_names.h"
+
 namespace sustain::eval {
-namespace {
 
-struct KvName {
-  const char* name;
-  QType type;
-};
-// llama.cpp's spellings; fp8 is sustain's (E4M3).
-constexpr KvName kKvTypes[] = {{"f32", QType::F32},   {"f16", QType::F16},   {"bf16", QType::BF16},
-                               {"q8_0", QType::Q8_0}, {"q4_0", QType::Q4_0}, {"q4_1", QType::Q4_1},
-                               {"q5_0", QType::Q5_0}, {"q5_1", QType::Q5_1},
-                               {"fp8", QType::FP8_E4M3}};
-
-}  // namespace
-
-const char* kv_type_names() { return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, fp8"; }
+const char* kv_type_names() { return kv_cache_type_names(); }
 
 Expected<QType> parse_kv_type(const std::string& name, const char* flag) {
-  for (const auto& k : kKvTypes)
-    if (name == k.name) return k.type;
-  return error(Code::kInvalidArgument, "{} '{}' is not a KV cache format (supported: {})", flag,
-               name, kv_type_names());
+  return kv_cache_type(name, flag);
 }
 
 Expected<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opt) {
