@@ -439,14 +439,15 @@ TEST(ServerHttp, FullQueueGets429AtOnce) {
   wait_for(1, 1);  // one running, one waiting
   EXPECT_EQ(metric_value(m, "sustain_requests_running"), 1) << m;
   EXPECT_EQ(metric_value(m, "sustain_requests_waiting"), 1) << m;
-  const auto t0 = std::chrono::steady_clock::now();
+  // Answered while both busy requests still hold the engine: a 429 here
+  // means it was refused at once, not queued until a slot freed.
   auto res = c.Post("/v1/completions", completion("one too many", 4).dump(), "application/json");
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 429) << res->body;
   EXPECT_EQ(res->get_header_value("Retry-After"), "1");
   EXPECT_EQ(json::parse(res->body)["error"]["type"], "rate_limit_error");
-  EXPECT_LT(secs, 1.0);
+  m = metrics(c);
+  EXPECT_EQ(metric_value(m, "sustain_requests_running"), 1) << m;  // the busy ones still run
   stop = true;
   for (auto& t : busy) t.join();
   m = metrics(c);
