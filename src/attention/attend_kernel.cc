@@ -565,13 +565,9 @@ HWY_NOINLINE void ScoreRowsQ4(const Q8Query* q, const uint8_t* krows, size_t kst
   const int nb = dk / kQK;
   const __m512i nib = _mm512_set1_epi8(0x0f);
   const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  int j = 0;
-  for (; j + 4 <= n; j += 4) {
-    PrefetchQ8(pf, j, 4);
-    const uint8_t* k0 = krows + j * kstride;
-    __m512 acc[R];
-    __m128 mins[R];
+  // Four keys at k0, one per 128-bit lane: acc[r] holds 4 partial sums per
+  // key, mins[r] the minimum terms of the formats that have one.
+  const auto group = [&](const uint8_t* k0, __m512* acc, __m128* mins) {
     for (int r = 0; r < R; ++r) {
       acc[r] = _mm512_setzero_ps();
       mins[r] = _mm_setzero_ps();
@@ -606,7 +602,8 @@ HWY_NOINLINE void ScoreRowsQ4(const Q8Query* q, const uint8_t* krows, size_t kst
                                           short(MinOf(*bt[2])), short(MinOf(*bt[3])), 0, 0, 0, 0));
       for (int r = 0; r < R; ++r) {
         const int8_t* qb = q[r].qs + b * kQK;
-        const int32_t sum_q = q[r].corr[b] / 128;
+        // corr is 128 × the code sum exactly, so the shift is exact.
+        const int32_t sum_q = q[r].corr[b] >> 7;
         __m512i a = _mm512_set1_epi32(-(kOffset / 4) * sum_q);
         a = _mm512_dpbusd_epi32(
             a, lo, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb))));
@@ -619,6 +616,43 @@ HWY_NOINLINE void ScoreRowsQ4(const Q8Query* q, const uint8_t* krows, size_t kst
         if constexpr (kMin) mins[r] = _mm_fmadd_ps(km4, _mm_set1_ps(dq * float(sum_q)), mins[r]);
       }
     }
+  };
+  int j = 0;
+  // Sixteen keys at a time: the four groups' lane sums reduced together by a
+  // transpose-and-add (10 instructions per row instead of 4 × 5).
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (; j + 16 <= n; j += 16) {
+    PrefetchQ8(pf, j, 16);
+    __m512 acc[4][R];
+    __m128 mins[4][R];
+    for (int g = 0; g < 4; ++g) group(krows + (j + 4 * g) * kstride, acc[g], mins[g]);
+    for (int r = 0; r < R; ++r) {
+      // Lane t of group g's 128-bit lanes: [a0+a2, b0+b2, a1+a3, b1+b3] ...
+      const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(acc[0][r], acc[1][r]),
+                                      _mm512_unpackhi_ps(acc[0][r], acc[1][r]));
+      const __m512 t2 = _mm512_add_ps(_mm512_unpacklo_ps(acc[2][r], acc[3][r]),
+                                      _mm512_unpackhi_ps(acc[2][r], acc[3][r]));
+      // ... then element 4t + g holds key 4g + t's whole sum.
+      const __m512d t1d = _mm512_castps_pd(t1), t2d = _mm512_castps_pd(t2);
+      const __m512 u = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(t1d, t2d)),
+                                     _mm512_castpd_ps(_mm512_unpackhi_pd(t1d, t2d)));
+      __m512 res = _mm512_permutexvar_ps(order, u);
+      if constexpr (kMin) {
+        __m512 m = _mm512_castps128_ps512(mins[0][r]);
+        m = _mm512_insertf32x4(m, mins[1][r], 1);
+        m = _mm512_insertf32x4(m, mins[2][r], 2);
+        m = _mm512_insertf32x4(m, mins[3][r], 3);
+        res = _mm512_add_ps(res, m);
+      }
+      _mm512_storeu_ps(scores[r] + j, res);
+    }
+  }
+  const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  for (; j + 4 <= n; j += 4) {
+    PrefetchQ8(pf, j, 4);
+    __m512 acc[R];
+    __m128 mins[R];
+    group(krows + j * kstride, acc, mins);
     for (int r = 0; r < R; ++r) {
       const __m512 s1 = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
       const __m512 s2 = _mm512_add_ps(s1, _mm512_permute_ps(s1, 0x4E));
