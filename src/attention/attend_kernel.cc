@@ -684,6 +684,81 @@ HWY_NOINLINE void ScoreRowsQ4(const Q8Query* q, const uint8_t* krows, size_t kst
   }
 }
 
+// The int16 softmax weights of the integer V paths, per row r and block b:
+// w_j = p_r[j] · d_jb, quantized against a bound of their largest, the
+// row's largest p in the tile × the block's largest |d| (both are exact
+// maxima, so |w_j| never exceeds it). One reduction per row and one per
+// block per tile, instead of one per (row, block); the bound may be up to
+// the spread of d above the true largest weight, leaving ≥ 11 of the 15
+// bits for block scales within 16× of each other. All blocks' scales are
+// copied first, so their vector loads read stores that have retired (a
+// load right after 16-bit stores to its bytes stalls on store forwarding).
+// `work`: Floats(nb) floats.
+template <int R>
+struct VScales {
+  const uint16_t* d;  // [nb][kTile] f16 block scales, 0 past n
+  const uint16_t* m;  // [nb][kTile] f16 block minimums (formats with one)
+  __m512 p0[R], p1[R];
+  float pmax[R];
+
+  static size_t Floats(int nb) { return size_t(nb) * kTile; }  // 2 × nb × kTile uint16
+
+  template <class Blk, bool kMin>
+  static VScales Load(const float* const* p, const uint8_t* vrows, size_t vstride, int n, int nb,
+                      float* work) {
+    VScales v;
+    auto* d = reinterpret_cast<uint16_t*>(work);
+    uint16_t* m = d + size_t(nb) * kTile;
+    for (int j = 0; j < n; ++j) {
+      const Blk* row = reinterpret_cast<const Blk*>(vrows + j * vstride);
+      for (int b = 0; b < nb; ++b) {
+        d[b * kTile + j] = row[b].d;
+        if constexpr (kMin) m[b * kTile + j] = MinOf(row[b]);
+      }
+    }
+    for (int b = 0; b < nb; ++b) {
+      std::fill(d + b * kTile + n, d + (b + 1) * kTile, uint16_t(0));
+      if constexpr (kMin) std::fill(m + b * kTile + n, m + (b + 1) * kTile, uint16_t(0));
+    }
+    v.d = d;
+    v.m = m;
+    // p beyond a row's visible keys is 0 (TileRows), and so is d beyond n.
+    for (int r = 0; r < R; ++r) {
+      v.p0[r] = _mm512_loadu_ps(p[r]);
+      v.p1[r] = _mm512_loadu_ps(p[r] + 16);
+      v.pmax[r] = _mm512_reduce_max_ps(_mm512_max_ps(v.p0[r], v.p1[r]));
+    }
+    return v;
+  }
+
+  // Block b's weights of each row scaled to int16 steps (w0: keys 0-15, w1:
+  // 16-31) and the step each unit stands for.
+  HWY_INLINE void Weights(int b, __m512* w0, __m512* w1, float* step) const {
+    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + b * kTile)));
+    const __m512 d1 =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + b * kTile + 16)));
+    // Q4_0 / Q5_0 scales may be negative (the signed extreme maps to code 0).
+    const float dmax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(d0), _mm512_abs_ps(d1)));
+    for (int r = 0; r < R; ++r) {
+      const float bound = pmax[r] * dmax;
+      // A bound this small means weights that no float sum would notice.
+      const float inv = bound > 1e-30f ? 32767.0f / bound : 0.0f;
+      step[r] = inv > 0.0f ? bound * (1.0f / 32767.0f) : 0.0f;
+      const __m512 vi = _mm512_set1_ps(inv);
+      w0[r] = _mm512_mul_ps(_mm512_mul_ps(p0[r], d0), vi);
+      w1[r] = _mm512_mul_ps(_mm512_mul_ps(p1[r], d1), vi);
+    }
+  }
+
+  // sum_j p_r[j] m_jb, for the formats with a minimum.
+  HWY_INLINE float MinTerm(int b, int r) const {
+    const __m512 m0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + b * kTile)));
+    const __m512 m1 =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + b * kTile + 16)));
+    return _mm512_reduce_add_ps(_mm512_fmadd_ps(p0[r], m0, _mm512_mul_ps(p1[r], m1)));
+  }
+};
+
 // o_r += sum_j p_r[j] v_j for j < n with Q8_0 V on VNNI, in integers: per
 // row and block, the weights w_j = p_r[j] · d_j (d_j key j's block scale)
 // are quantized to int16 against the tile's largest (error <= 2^-16 of it,
@@ -691,30 +766,22 @@ HWY_NOINLINE void ScoreRowsQ4(const Q8Query* q, const uint8_t* krows, size_t kst
 // keys per int32 lane — 32 multiply-adds per instruction against an f32
 // FMA's 16. Codes of keys 2i and 2i + 1 are interleaved bytewise, so lanes
 // hold elements 0-7, 16-23 (unpacklo) and 8-15, 24-31 (unpackhi); the f32
-// results are put back in order when added to o. `work`: kTile uint16 then
+// results are put back in order when added to o. `work`: see VScales, then
 // R × kTile / 2 uint32.
 template <int R>
 HWY_NOINLINE void AccumulateRowsQ8Int(const float* const* p, const uint8_t* vrows, size_t vstride,
                                       int n, int dv, float* const* o, float* work) {
-  auto* vh = reinterpret_cast<uint16_t*>(work);
-  auto* wpair = reinterpret_cast<uint32_t*>(work + kTile / 2);
+  const int nb = dv / kQK;
+  const VScales<R> vs = VScales<R>::template Load<BlockQ8_0, false>(p, vrows, vstride, n, nb, work);
+  auto* wpair = reinterpret_cast<uint32_t*>(work + VScales<R>::Floats(nb));
   const int n_pairs = (n + 1) / 2;
-  for (int b = 0; b < dv / kQK; ++b) {
-    for (int j = 0; j < n; ++j) vh[j] = reinterpret_cast<const BlockQ8_0*>(vrows + j * vstride)[b].d;
-    for (int j = n; j < kTile; ++j) vh[j] = 0;
-    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vh)));
-    const __m512 d1 =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vh + 16)));
+  for (int b = 0; b < nb; ++b) {
+    __m512 w0[R], w1[R];
     float step[R];
+    vs.Weights(b, w0, w1, step);
     for (int r = 0; r < R; ++r) {
-      // p beyond a row's visible keys is 0 (TileRows), and so is d beyond n.
-      const __m512 w0 = _mm512_mul_ps(_mm512_loadu_ps(p[r]), d0);
-      const __m512 w1 = _mm512_mul_ps(_mm512_loadu_ps(p[r] + 16), d1);
-      const float wmax = _mm512_reduce_max_ps(_mm512_max_ps(w0, w1));
-      step[r] = wmax / 32767.0f;
-      const __m512 inv = _mm512_set1_ps(wmax > 0.0f ? 32767.0f / wmax : 0.0f);
-      const __m256i q0 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w0, inv)));
-      const __m256i q1 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w1, inv)));
+      const __m256i q0 = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(w0[r]));
+      const __m256i q1 = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(w1[r]));
       _mm512_storeu_si512(wpair + r * (kTile / 2),
                           _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1));
     }
@@ -754,47 +821,30 @@ HWY_NOINLINE void AccumulateRowsQ8Int(const float* const* p, const uint8_t* vrow
 // is added under a mask of both keys' qh bits interleaved (pdep). The
 // offset (-kOffset · sum of the quantized weights) and the minimum terms
 // (sum p_j m_j) are per row and block, added to all 32 elements. `work`:
-// 2 × kTile uint16 then R × kTile / 2 uint32.
+// see VScales, then R × kTile / 2 uint32.
 template <int R, class Blk, int kOffset, bool kMin, bool kHigh>
 HWY_NOINLINE void AccumulateRowsQ4Int(const float* const* p, const uint8_t* vrows,
                                       size_t vstride, int n, int dv, float* const* o,
                                       float* work) {
-  auto* vh = reinterpret_cast<uint16_t*>(work);
-  uint16_t* vm = vh + kTile;
-  auto* wpair = reinterpret_cast<uint32_t*>(work + kTile);
+  const int nb = dv / kQK;
+  const VScales<R> vs = VScales<R>::template Load<Blk, kMin>(p, vrows, vstride, n, nb, work);
+  auto* wpair = reinterpret_cast<uint32_t*>(work + VScales<R>::Floats(nb));
   const int n_pairs = (n + 1) / 2;
   const __m256i nib = _mm256_set1_epi8(0x0f);
-  for (int b = 0; b < dv / kQK; ++b) {
-    for (int j = 0; j < n; ++j) {
-      const Blk& blk = reinterpret_cast<const Blk*>(vrows + j * vstride)[b];
-      vh[j] = blk.d;
-      if constexpr (kMin) vm[j] = MinOf(blk);
-    }
-    for (int j = n; j < kTile; ++j) vh[j] = vm[j] = 0;
-    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vh)));
-    const __m512 d1 =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vh + 16)));
+  for (int b = 0; b < nb; ++b) {
+    __m512 w0[R], w1[R];
     float step[R], add[R];
+    vs.Weights(b, w0, w1, step);
     for (int r = 0; r < R; ++r) {
-      const __m512 p0 = _mm512_loadu_ps(p[r]), p1 = _mm512_loadu_ps(p[r] + 16);
-      const __m512 w0 = _mm512_mul_ps(p0, d0), w1 = _mm512_mul_ps(p1, d1);
-      // Q4_0 / Q5_0 scales may be negative (the signed extreme maps to code 0).
-      const float wmax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(w0), _mm512_abs_ps(w1)));
-      step[r] = wmax / 32767.0f;
-      const __m512 inv = _mm512_set1_ps(wmax > 0.0f ? 32767.0f / wmax : 0.0f);
-      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(w0, inv));
-      const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(w1, inv));
+      const __m512i i0 = _mm512_cvtps_epi32(w0[r]);
+      const __m512i i1 = _mm512_cvtps_epi32(w1[r]);
       _mm512_storeu_si512(wpair + r * (kTile / 2),
-                          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(i0)),
-                                             _mm512_cvtepi32_epi16(i1), 1));
-      add[r] = -float(kOffset) * step[r] * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
-      if constexpr (kMin) {
-        const __m512 m0 =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vm)));
-        const __m512 m1 =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vm + 16)));
-        add[r] += _mm512_reduce_add_ps(_mm512_fmadd_ps(p0, m0, _mm512_mul_ps(p1, m1)));
-      }
+                          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(i0)),
+                                             _mm512_cvtsepi32_epi16(i1), 1));
+      add[r] = kOffset == 0 ? 0.0f
+                            : -float(kOffset) * step[r] *
+                                  float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+      if constexpr (kMin) add[r] += vs.MinTerm(b, r);
     }
     __m512i lo_acc[R], hi_acc[R];
     for (int r = 0; r < R; ++r) lo_acc[r] = hi_acc[r] = _mm512_setzero_si512();
