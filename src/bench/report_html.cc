@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "bench/report.h"
+#include "base/html.h"
 
 namespace sustain::bench {
 
@@ -16,28 +17,6 @@ namespace {
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                    "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
 
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '&':
-        o += "&amp;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      default:
-        o += c;
-    }
-  }
-  return o;
-}
 
 double num(const json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
@@ -96,8 +75,8 @@ std::string line_chart(int id, const std::string& title, const std::string& xlab
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "role=\"img\" aria-label=\"{}\">\n<defs><clipPath id=\"c{}\"><rect x=\"{}\" y=\"{}\" "
       "width=\"{}\" height=\"{}\"/></clipPath></defs>\n",
-      kW, kH, kW, kH, esc(title), id, kL, kT, kW - kL - kR, kH - kT - kB);
-  s += fmt::format("<text x=\"{}\" y=\"20\" class=\"t\">{}</text>\n", kL, esc(title));
+      kW, kH, kW, kH, html_escape(title), id, kL, kT, kW - kL - kR, kH - kT - kB);
+  s += fmt::format("<text x=\"{}\" y=\"20\" class=\"t\">{}</text>\n", kL, html_escape(title));
   // Axes, grid and ticks.
   for (int i = 0; i <= 5; ++i) {
     const double v = ytop * i / 5, y = ty(v);
@@ -124,10 +103,10 @@ std::string line_chart(int id, const std::string& title, const std::string& xlab
   s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"a\"/>\n", kL, kT, kL,
                    kH - kB);
   s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xl\">{}</text>\n", (kL + kW - kR) / 2, kH - 10,
-                   esc(xlabel));
+                   html_escape(xlabel));
   s += fmt::format(
       "<text x=\"14\" y=\"{}\" class=\"yl\" transform=\"rotate(-90 14 {})\">{}</text>\n",
-      (kT + kH - kB) / 2, (kT + kH - kB) / 2, esc(ylabel));
+      (kT + kH - kB) / 2, (kT + kH - kB) / 2, html_escape(ylabel));
   // Series, clipped to the plot area, with a legend on the right.
   for (size_t i = 0; i < series.size(); ++i) {
     const auto& se = series[i];
@@ -150,7 +129,7 @@ std::string line_chart(int id, const std::string& title, const std::string& xlab
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" "
         "stroke-width=\"2\"{}/><text x=\"{}\" y=\"{}\" class=\"lg\">{}</text>\n",
         kW - kR + 10, ly, kW - kR + 30, ly, color, se.dashed ? " stroke-dasharray=\"6 4\"" : "",
-        kW - kR + 34, ly + 4, esc(se.name));
+        kW - kR + 34, ly + 4, html_escape(se.name));
   }
   s += "</svg>\n";
   return s;
@@ -170,7 +149,7 @@ std::string bar_chart(const std::string& title, const std::string& ylabel,
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "role=\"img\" aria-label=\"{}\">\n<text x=\"{}\" y=\"20\" class=\"t\">{}</text>\n",
-      kW, kH, kW, kH, esc(title), kL, esc(title));
+      kW, kH, kW, kH, html_escape(title), kL, html_escape(title));
   for (int i = 0; i <= 5; ++i) {
     const double v = ytop * i / 5, y = ty(v);
     s += fmt::format(
@@ -180,7 +159,7 @@ std::string bar_chart(const std::string& title, const std::string& ylabel,
   }
   for (size_t g = 0; g < groups.size(); ++g)
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"xt\">{}</text>\n", kL + gw * (g + 0.5),
-                     kH - kB + 16, esc(groups[g]));
+                     kH - kB + 16, html_escape(groups[g]));
   for (size_t i = 0; i < series.size(); ++i) {
     const char* color = kColors[i % 8];
     for (const auto& [g, y] : series[i].pts) {
@@ -189,19 +168,19 @@ std::string bar_chart(const std::string& title, const std::string& ylabel,
       s += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
           "fill=\"{}\"><title>{}: {:.1f}</title></rect>\n",
-          x, ty(y), bw, kH - kB - ty(y), color, esc(series[i].name), y);
+          x, ty(y), bw, kH - kB - ty(y), color, html_escape(series[i].name), y);
     }
     const double ly = kT + 8 + 18.0 * i;
     s += fmt::format(
         "<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"10\" fill=\"{}\"/>"
         "<text x=\"{}\" y=\"{}\" class=\"lg\">{}</text>\n",
-        kW - kR + 10, ly - 5, color, kW - kR + 30, ly + 4, esc(series[i].name));
+        kW - kR + 10, ly - 5, color, kW - kR + 30, ly + 4, html_escape(series[i].name));
   }
   s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"a\"/>\n", kL, kH - kB,
                    kW - kR, kH - kB);
   s += fmt::format(
       "<text x=\"14\" y=\"{}\" class=\"yl\" transform=\"rotate(-90 14 {})\">{}</text>\n",
-      (kT + kH - kB) / 2, (kT + kH - kB) / 2, esc(ylabel));
+      (kT + kH - kB) / 2, (kT + kH - kB) / 2, html_escape(ylabel));
   s += "</svg>\n";
   return s;
 }
@@ -309,23 +288,23 @@ std::string render_html(const json& r) {
       ".note{color:#555;font-size:13px}\n</style></head><body>\n";
   s += "<h1>sustain bench report</h1>\n";
   s += fmt::format("<p class=\"note\">Created {} by <code>{}</code>.</p>\n",
-                   esc(r.value("created_utc", "")), esc(r.value("command_line", "")));
+                   html_escape(r.value("created_utc", "")), html_escape(r.value("command_line", "")));
   if (r.contains("notes") && !r["notes"].empty()) {
     s += "<ul>\n";
-    for (const auto& n : r["notes"]) s += "<li>" + esc(n.get<std::string>()) + "</li>\n";
+    for (const auto& n : r["notes"]) s += "<li>" + html_escape(n.get<std::string>()) + "</li>\n";
     s += "</ul>\n";
   }
   s += "<div>\n" + ladder_charts(r) + prefill_chart(r) + concurrency_charts(r) + ablation_chart(r) +
        "</div>\n";
   for (const Table& t : report_tables(r)) {
-    s += "<h2>" + esc(t.title) + "</h2>\n";
-    if (!t.note.empty()) s += "<p class=\"note\">" + esc(t.note) + "</p>\n";
+    s += "<h2>" + html_escape(t.title) + "</h2>\n";
+    if (!t.note.empty()) s += "<p class=\"note\">" + html_escape(t.note) + "</p>\n";
     s += "<table><tr>";
-    for (const auto& h : t.header) s += "<th>" + esc(h) + "</th>";
+    for (const auto& h : t.header) s += "<th>" + html_escape(h) + "</th>";
     s += "</tr>\n";
     for (const auto& row : t.rows) {
       s += "<tr>";
-      for (const auto& c : row) s += "<td>" + esc(c) + "</td>";
+      for (const auto& c : row) s += "<td>" + html_escape(c) + "</td>";
       s += "</tr>\n";
     }
     s += "</table>\n";

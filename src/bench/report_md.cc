@@ -1,4 +1,5 @@
 // report.json → tables → report.md; the schema check; writing the files.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -64,6 +65,15 @@ json metric_definitions() {
        "prefix cache keeps) * page bytes"},
       {"peak_rss_bytes", "the process's peak resident set (VmHWM) after the rung"},
       {"tokens", "only user-visible output tokens are counted (never draft, padding or retried)"},
+      {"quality.kl",
+       "ablation: KL(row 0 || row) = sum_v p0(v) ln(p0(v) / p(v)) of the next-token "
+       "distributions, in nats, per position with context in (C/2, C]; mean, median, P99, max"},
+      {"quality.same_top1",
+       "ablation: share of those positions where row 0 and the row have the same most likely "
+       "token"},
+      {"quality.needle",
+       "ablation: correct / cases of the built-in needle retriever with the row's KV formats, "
+       "prompts of C tokens, needle at depths 0.1, 0.5, 0.9"},
   };
 }
 
@@ -222,19 +232,66 @@ void add_concurrency(const json& r, std::vector<Table>& out) {
   out.push_back(std::move(t));
 }
 
+// One quality cell of a row: KL mean (P99) or top-1 at context `ctx`.
+std::string quality_cell(const json& q, int64_t ctx, bool top1) {
+  if (!q.is_object()) return "not measured";
+  if (q.contains("same_as_row")) return fmt::format("= row {}", q["same_as_row"].get<int64_t>());
+  if (!q.contains("kl") || !q["kl"].is_array()) return q.contains("skipped") ? "skipped" : "-";
+  for (const auto& c : q["kl"]) {
+    if (!c.contains("ctx") || c["ctx"].get<int64_t>() != ctx) continue;
+    if (!c.contains("kl_mean")) return "skipped";
+    if (top1) return fmt::format("{:.1f} %", 100.0 * num(c, "same_top1"));
+    return fmt::format("{:.3g} ({:.3g})", num(c, "kl_mean"), num(c, "kl_p99"));
+  }
+  return "-";
+}
+
+std::string needle_cell(const json& q) {
+  if (!q.is_object() || !q.contains("needle") || !q["needle"].is_object()) return "-";
+  std::string s;
+  for (const auto& c : q["needle"]["cells"]) {
+    const std::string at = ctx_label(c["ctx"].get<int64_t>());
+    s += (s.empty() ? "" : ", ") +
+         (c.contains("correct")
+              ? fmt::format("{}/{} @{}", c["correct"].get<int64_t>(), c["total"].get<int64_t>(), at)
+              : "skipped @" + at);
+  }
+  return s.empty() ? "-" : s;
+}
+
 void add_ablation(const json& r, std::vector<Table>& out) {
   if (!r.contains("ablation") || !r["ablation"].is_object()) return;
   const json& a = r["ablation"];
   if (!a.contains("rows") || a["rows"].empty()) return;
   std::vector<int64_t> ctxs;
   for (const auto& g : a["rows"][0]["ladder"]) ctxs.push_back(g["ctx"].get<int64_t>());
+  std::vector<int64_t> qctx;
+  if (a.contains("quality") && a["quality"].is_object() && a["quality"].contains("ctx"))
+    for (const auto& c : a["quality"]["ctx"]) qctx.push_back(c.get<int64_t>());
   Table t{"Ablation",
           "each row switches one thing on top of the row above; tok/s P50 per context with "
-          "the change vs the previous row",
+          "the change vs the previous row; speed gain = tok/s P50 vs row 0 at the largest "
+          "context. " +
+              (qctx.empty() ? str(a, "quality_note")
+                            : "Quality vs row 0: KL(row 0 ‖ row) in nats, mean "
+                              "(P99), over the positions with context in (C/2, C]; "
+                              "top-1 = share of those positions with the same most "
+                              "likely token; needle = correct / cases of the "
+                              "built-in retriever with the row's KV formats; "
+                              "'= row j': computes what row j computes"),
           {"row", "switch"},
           {}};
   for (int64_t c : ctxs) t.header.push_back(ctx_label(c) + " tok/s (Δ)");
-  t.header.push_back("quality cost");
+  t.header.push_back("speed gain");
+  for (int64_t c : qctx) {
+    t.header.push_back("KL mean (P99) @" + ctx_label(c));
+    t.header.push_back("top-1 same @" + ctx_label(c));
+  }
+  if (!qctx.empty())
+    t.header.push_back("needle");
+  else
+    t.header.push_back("quality cost");
+  const json& base_lad = a["rows"][0]["ladder"];
   for (const auto& row : a["rows"]) {
     std::vector<std::string> cells = {str(row, "name"), str(row, "switch")};
     const json& lad = row["ladder"];
@@ -249,8 +306,23 @@ void add_ablation(const json& r, std::vector<Table>& out) {
         cell += fmt::format(" ({:+.1f} %)", g["delta_pct"].get<double>());
       cells.push_back(cell);
     }
-    cells.push_back(row.contains("quality") && !row["quality"].is_null() ? row["quality"].dump()
-                                                                         : "not measured");
+    const size_t last = std::min(lad.size(), base_lad.size());
+    const double b = last ? num(base_lad[last - 1], "tok_s_p50") : 0.0;
+    cells.push_back(b > 0 ? fmt::format("{:+.1f} % @{}",
+                                        100.0 * (num(lad[last - 1], "tok_s_p50") / b - 1.0),
+                                        ctx_label(lad[last - 1]["ctx"].get<int64_t>()))
+                          : "-");
+    const json q = row.contains("quality") ? row["quality"] : json();
+    for (int64_t c : qctx) {
+      cells.push_back(quality_cell(q, c, false));
+      cells.push_back(quality_cell(q, c, true));
+    }
+    if (!qctx.empty())
+      cells.push_back(needle_cell(q));
+    else
+      cells.push_back(q.is_object() && q.contains("skipped")
+                          ? "not measured (" + str(q, "skipped") + ")"
+                          : "not measured");
     t.rows.push_back(std::move(cells));
   }
   out.push_back(std::move(t));
@@ -380,6 +452,28 @@ Status validate_report(const json& r) {
     SUSTAIN_TRY(need(g, p, "bound", V::object));
     for (const char* k : {"bandwidth_tok_s", "compute_tok_s"})
       SUSTAIN_TRY(need(g["bound"], p + ".bound", k, V::number_float));
+  }
+  if (r.contains("ablation") && !r["ablation"].is_null()) {
+    SUSTAIN_TRY(need(r["ablation"], "ablation", "rows", V::array));
+    for (size_t i = 0; i < r["ablation"]["rows"].size(); ++i) {
+      const json& row = r["ablation"]["rows"][i];
+      const std::string p = fmt::format("ablation.rows[{}]", i);
+      SUSTAIN_TRY(need(row, p, "ladder", V::array));
+      if (!row.contains("quality") || row["quality"].is_null()) continue;
+      SUSTAIN_TRY(need(row, p, "quality", V::object));
+      const json& q = row["quality"];
+      if (q.contains("skipped")) SUSTAIN_TRY(need(q, p + ".quality", "skipped", V::string));
+      if (!q.contains("kl")) continue;
+      SUSTAIN_TRY(need(q, p + ".quality", "kl", V::array));
+      for (size_t k = 0; k < q["kl"].size(); ++k) {
+        const json& c = q["kl"][k];
+        const std::string pk = fmt::format("{}.quality.kl[{}]", p, k);
+        SUSTAIN_TRY(need(c, pk, "ctx", V::number_unsigned));
+        if (c.contains("skipped")) continue;
+        for (const char* f : {"kl_mean", "kl_p99", "kl_max", "same_top1"})
+          SUSTAIN_TRY(need(c, pk, f, V::number_float));
+      }
+    }
   }
   if (r.contains("concurrency") && !r["concurrency"].is_null()) {
     SUSTAIN_TRY(need(r["concurrency"], "concurrency", "levels", V::array));

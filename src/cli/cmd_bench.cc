@@ -27,14 +27,16 @@
 #include "bench/report.h"
 #include "bench/results.h"
 #include "bench/sysinfo.h"
+#include "bench/workloads.h"
+#include "cli/bench_quality.h"
 #include "cli/commands.h"
 #include "cli/plan_input.h"
 #include "cli/progress.h"
 #include "plan/plan.h"
 #include "tensor/kv_names.h"
+#include "tools/needle_retriever.h"
 #include "tools/presets.h"
 #include "tools/synth.h"
-#include "bench/workloads.h"
 
 namespace sustain::cli {
 namespace {
@@ -71,6 +73,13 @@ struct BenchArgs {
   int bw_reps = 5;
   std::string url, api_key, model_name;
   std::string command_line;
+  // The ablation rows' quality cost against row 0 (bench_quality.h).
+  std::string quality = "on";
+  std::string quality_ctx = "8192";
+  std::string quality_text;
+  double quality_budget = 600;
+  std::string quality_needle = "default";
+  int quality_trials = 1;
 };
 
 Expected<std::vector<int64_t>> parse_list(const std::string& s, const char* flag) {
@@ -492,6 +501,21 @@ int run_in_process(BenchArgs a) {
     for (const auto& s : *specs)
       if (auto st = apply_switch(s, probe); !st) return fail(st.message());
   }
+  // Quality flags are checked before anything runs, like the ablation rows.
+  const bool quality = !specs->empty() && a.quality == "on";
+  std::vector<int64_t> quality_ctx;
+  if (quality) {
+    auto qc = parse_list(a.quality_ctx, "--quality-ctx");
+    if (!qc) return fail(qc.status().message());
+    quality_ctx = *qc;
+    if (auto st = check_quality_ctx(quality_ctx, a.quality_ctx); !st) return fail(st.message());
+    if (!(a.quality_budget >= 0))
+      return fail(
+          fmt::format("--quality-budget {}: give seconds >= 0 (0 = none)", a.quality_budget));
+    if (a.quality_needle != "off")
+      if (auto v = tools::retriever_variant(a.quality_needle); !v)
+        return fail("--quality-needle: " + v.status().message());
+  }
   if (a.n_tokens < 2) return fail(fmt::format("-n {}: need >= 2 tokens per request", a.n_tokens));
   if (a.reps < 1) return fail(fmt::format("-r {}: need >= 1 repetition", a.reps));
   if (a.conc_prompt < 1) return fail(fmt::format("--conc-prompt {}: need >= 1", a.conc_prompt));
@@ -513,6 +537,19 @@ int run_in_process(BenchArgs a) {
   if (!kt) return fail(kt.status().message());
   auto vt = kv_format(a.cache_type_v, "--cache-type-v (-ctv)");
   if (!vt) return fail(vt.status().message());
+  QualityOptions qopt;
+  if (quality) {
+    // Read now: a short --quality-text must not cost a whole bench first.
+    auto toks = quality_tokens(model, a.quality_text, quality_ctx.back(), a.seed, &qopt.input);
+    if (!toks) return fail(toks.status().message());
+    qopt.tokens = std::move(*toks);
+    qopt.ctx = quality_ctx;
+    qopt.budget_s = a.quality_budget;
+    qopt.needle = a.quality_needle;
+    qopt.needle_trials = a.quality_trials;
+    qopt.seed = a.seed;
+    qopt.threads = threads;
+  }
 
   constexpr int kPage = 32;
   engine::EngineConfig cfg;
@@ -725,12 +762,45 @@ int run_in_process(BenchArgs a) {
                       {"quality", nullptr}});
       prev = cells;
     }
+    prog.done();
+    json quality_summary = nullptr;
+    std::string quality_note = "quality not measured (--quality off)";
+    std::vector<json> row_quality(plan.size(), {{"skipped", "--quality off"}});
+    if (quality) {
+      std::vector<QualityConfig> qrows;
+      for (size_t i = 0; i < plan.size(); ++i) {
+        const engine::EngineConfig& c = plan[i].second.cfg;
+        qrows.push_back({i == 0 ? "baseline" : plan[i].second.name, c.model_path,
+                         kv_spelling(c.k_type), kv_spelling(c.v_type),
+                         std::min(c.batch_tokens, c.ubatch_tokens), c.n_threads});
+      }
+      auto q = measure_quality(qopt, qrows);
+      if (q) {
+        row_quality = q->rows;
+        quality_summary = q->summary;
+        for (const auto& n : q->notes) {
+          std::fprintf(stderr, "bench: %s\n", n.c_str());
+          report["notes"].push_back(n);
+        }
+        quality_note =
+            "quality cost vs row 0: KL(row 0 ‖ row) of the next-token distributions in the "
+            "bucket (C/2, C] of each quality context C (one lockstep pass, eval kl), and needle "
+            "accuracy of the built-in retriever with the row's KV formats";
+      } else {
+        quality_note = "quality not measured: " + q.status().message();
+        report["notes"].push_back(quality_note);
+        std::fprintf(stderr, "bench: %s\n", quality_note.c_str());
+        row_quality.assign(plan.size(), {{"skipped", quality_note}});
+      }
+    }
+    for (size_t i = 0; i < rows.size(); ++i) rows[i]["quality"] = row_quality[i];
     report["ablation"] = {
         {"rows", rows},
         {"method",
          "each row applies its switch on top of the row above; delta_pct = change of "
          "decode tok/s P50 vs the row above at the same context"},
-        {"quality_note", "quality cost: not measured here (sustain eval gives KL / perplexity)"}};
+        {"quality", quality_summary},
+        {"quality_note", quality_note}};
   }
   prog.done();
   return finish_report(report, a);
@@ -798,6 +868,29 @@ Runner add_bench(CLI::App& app) {
                   "seconds the context ladder may take; later rungs projected past it are "
                   "skipped (default 300 for the default ladder, none for --ctx; 0 = none)");
   sub->add_option("--seed", a->seed, "seed of the random prompts")->capture_default_str();
+  sub->add_option("--quality", a->quality,
+                  "with --ablate: measure each row's quality cost against row 0 (KL, needle)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  sub->add_option("--quality-ctx", a->quality_ctx,
+                  "quality contexts C, each at least 2x the one below: KL in the bucket "
+                  "(C/2, C] of one pass to the largest, needle cases of C tokens")
+      ->capture_default_str();
+  sub->add_option("--quality-text", a->quality_text,
+                  "KL input: this text (tokenized by the baseline model) instead of seeded "
+                  "random ids; at least the largest --quality-ctx tokens");
+  sub->add_option("--quality-budget", a->quality_budget,
+                  "seconds the quality pass may take; contexts projected past it are skipped "
+                  "with a note (0 = none)")
+      ->capture_default_str();
+  sub->add_option("--quality-needle", a->quality_needle,
+                  "needle retriever variant for the needle accuracy (default, dense, cut<F>, "
+                  "control) or off")
+      ->capture_default_str();
+  sub->add_option("--quality-trials", a->quality_trials,
+                  "needle cases per (context, depth); depths 0.1, 0.5, 0.9")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   sub->add_option("--bw-mib", a->bw_mib, "bandwidth buffer size (MiB)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(64), int64_t(1) << 20));

@@ -1,23 +1,28 @@
 // `sustain eval`: what an optimization costs in quality.
 //   eval kl      KL(base‖test), top-1 agreement, Δp and perplexity per context bucket
 //   eval needle  needle-in-a-haystack accuracy by context × depth for each KV format
+//   eval ab      generated-text agreement of two configurations vs seed noise (cmd_eval_ab.cc)
 // The logic lives in src/eval/; this file parses flags and prints.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "eval/baseline.h"
 #include "eval/kl.h"
+#include "eval/kl_run.h"
 #include "eval/needle.h"
 #include "eval/report.h"
 #include "eval/runner.h"
+#include "eval/text_needle.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sustain::cli {
@@ -95,19 +100,58 @@ eval::Conditions conditions(const std::string& model, int threads, int64_t batch
 // ---------------------------------------------------------------- needle
 
 struct NeedleArgs {
-  std::string model, cases, write_cases;
+  std::string model, cases, write_cases, haystack;
   std::string ctx = "1024", depths = "0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9";
   int trials = 4;
   uint64_t seed = 1;
   int distractor_pairs = 8;
   double value_share = 0.3;
+  int phrasings = 0, distractors = 0, gen_tokens = 12;  // text cases
   std::string ctk = "f16", ctv = "f16";
   bool kv_grid = false;
   int threads = 0;
   int64_t batch = 512;
   bool json = false, per_case = false;
   std::string out_json, out_md, html;
+  const CLI::App* app = nullptr;  // to tell flags given from defaults
 };
+
+Status parse_ctx_depths(const NeedleArgs& a, std::vector<int64_t>* ctx,
+                        std::vector<double>* depths) {
+  for (const auto& s : split_list(a.ctx)) {
+    char* end = nullptr;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0')
+      return error(Code::kInvalidArgument, "--ctx: '{}' in '{}' is not an integer", s, a.ctx);
+    ctx->push_back(v);
+  }
+  for (const auto& s : split_list(a.depths)) {
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0')
+      return error(Code::kInvalidArgument, "--depths: '{}' in '{}' is not a number", s, a.depths);
+    depths->push_back(v);
+  }
+  return Status::ok();
+}
+
+// Which flags belong to which form of case, so a flag that would be ignored is an error.
+Status check_needle_flags(const NeedleArgs& a) {
+  const bool text = !a.haystack.empty();
+  if (text && !a.cases.empty())
+    return error(
+        Code::kInvalidArgument,
+        "--cases '{}' (token-id cases) and --haystack '{}' (text cases) exclude each other",
+        a.cases, a.haystack);
+  for (const char* f : {"--distractor-pairs", "--value-share"})
+    if (text && a.app->count(f) > 0)
+      return error(Code::kInvalidArgument,
+                   "{} applies to token-id cases; text cases (--haystack) take --distractors", f);
+  for (const char* f : {"--phrasings", "--distractors", "--gen-tokens"})
+    if (!text && a.app->count(f) > 0)
+      return error(Code::kInvalidArgument, "{} applies to text cases: give --haystack FILE.txt", f);
+  return Status::ok();
+}
 
 Expected<std::vector<eval::NeedleCase>> needle_cases(const NeedleArgs& a, std::string* input) {
   if (!a.cases.empty()) {
@@ -116,20 +160,7 @@ Expected<std::vector<eval::NeedleCase>> needle_cases(const NeedleArgs& a, std::s
     return eval::parse_needle_cases(text, a.cases);
   }
   eval::NeedleGenSpec spec;
-  for (const auto& s : split_list(a.ctx)) {
-    char* end = nullptr;
-    const long long v = std::strtoll(s.c_str(), &end, 10);
-    if (s.empty() || *end != '\0')
-      return error(Code::kInvalidArgument, "--ctx: '{}' in '{}' is not an integer", s, a.ctx);
-    spec.ctx.push_back(v);
-  }
-  for (const auto& s : split_list(a.depths)) {
-    char* end = nullptr;
-    const double v = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0')
-      return error(Code::kInvalidArgument, "--depths: '{}' in '{}' is not a number", s, a.depths);
-    spec.depths.push_back(v);
-  }
+  SUSTAIN_TRY(parse_ctx_depths(a, &spec.ctx, &spec.depths));
   spec.trials = a.trials;
   spec.seed = a.seed;
   spec.distractor_pairs = a.distractor_pairs;
@@ -140,19 +171,77 @@ Expected<std::vector<eval::NeedleCase>> needle_cases(const NeedleArgs& a, std::s
   return eval::generate_needle_cases(spec);
 }
 
+// Text cases need the model's tokenizer; it lives here for the whole run.
+struct TextNeedleInput {
+  std::unique_ptr<Model> model;
+  std::optional<tokenizer::Tokenizer> tok;
+  std::vector<eval::TextNeedleCase> cases;
+};
+
+Status text_needle_cases(const NeedleArgs& a, TextNeedleInput* t, std::string* input) {
+  SUSTAIN_ASSIGN_OR_RETURN(std::string text, read_file(a.haystack, "--haystack file"));
+  SUSTAIN_ASSIGN_OR_RETURN(eval::Haystack hay, eval::split_haystack(text, a.haystack));
+  SUSTAIN_ASSIGN_OR_RETURN(t->model, Model::load(a.model));
+  SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(t->model->file()));
+  t->tok.emplace(std::move(tok));
+  eval::TextNeedleSpec spec;
+  SUSTAIN_TRY(parse_ctx_depths(a, &spec.ctx, &spec.depths));
+  spec.trials = a.trials;
+  spec.phrasings = a.phrasings;
+  spec.distractors = a.distractors;
+  spec.seed = a.seed;
+  spec.bos = t->tok->add_bos() ? t->tok->bos() : -1;
+  SUSTAIN_ASSIGN_OR_RETURN(
+      t->cases, eval::generate_text_needle_cases(spec, hay, eval::piece_tokenizer(*t->tok)));
+  const int n_phr = a.phrasings > 0 ? a.phrasings : eval::text_needle_phrasing_count();
+  *input = fmt::format("text cases: haystack {} ({} sentences), ctx {}, depths {}, {} trials, {} "
+                       "phrasings, {} distractors, seed {}, greedy up to {} tokens",
+                       a.haystack, hay.sentences.size(), a.ctx, a.depths, a.trials, n_phr,
+                       a.distractors, a.seed, a.gen_tokens);
+  return Status::ok();
+}
+
+std::string text_case_line(const eval::TextNeedleCase& t, const tokenizer::Tokenizer& tok) {
+  nlohmann::ordered_json j;
+  j["tag"] = t.c.tag;
+  j["key"] = t.key;
+  j["value"] = t.value;
+  j["phrasing"] = t.phrasing;
+  j["needle_pos"] = t.c.needle_pos;
+  j["prompt"] = tok.decode(t.c.ids, false);
+  j["ids"] = t.c.ids;
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 int run_needle(const NeedleArgs& a) {
+  if (Status st = check_needle_flags(a); !st) return fail(st.message());
+  const bool text = !a.haystack.empty();
   std::string input;
-  auto cases = needle_cases(a, &input);
-  if (!cases) return fail(cases.status().message());
+  std::vector<eval::NeedleCase> token_cases;
+  TextNeedleInput tin;
+  if (text) {
+    if (Status st = text_needle_cases(a, &tin, &input); !st) return fail(st.message());
+  } else {
+    auto cases = needle_cases(a, &input);
+    if (!cases) return fail(cases.status().message());
+    token_cases = std::move(*cases);
+  }
+  const size_t n_cases = text ? tin.cases.size() : token_cases.size();
+  auto case_at = [&](size_t i) -> const eval::NeedleCase& {
+    return text ? tin.cases[i].c : token_cases[i];
+  };
   if (!a.write_cases.empty()) {
-    std::string text;
-    for (const auto& c : *cases) text += eval::format_needle_case(c) + "\n";
-    if (Status st = write_file(a.write_cases, text); !st) return fail(st.message());
+    std::string out;
+    for (size_t i = 0; i < n_cases; ++i)
+      out +=
+          (text ? text_case_line(tin.cases[i], *tin.tok) : eval::format_needle_case(case_at(i))) +
+          "\n";
+    if (Status st = write_file(a.write_cases, out); !st) return fail(st.message());
   }
   auto cfgs = kv_configs(a.ctk, a.ctv, a.kv_grid);
   if (!cfgs) return fail(cfgs.status().message());
   int64_t max_ctx = 0;
-  for (const auto& c : *cases) max_ctx = std::max(max_ctx, c.ctx);
+  for (size_t i = 0; i < n_cases; ++i) max_ctx = std::max(max_ctx, case_at(i).ctx);
   const int threads = a.threads > 0 ? a.threads : default_threads();
   const bool tty = isatty(fileno(stderr)) != 0;
   std::vector<eval::NeedleRun> runs;
@@ -161,7 +250,7 @@ int run_needle(const NeedleArgs& a) {
     o.model = a.model;
     o.cache_k = k;
     o.cache_v = v;
-    o.ctx = max_ctx;
+    o.ctx = max_ctx + (text ? a.gen_tokens - 1 : 0);  // the last generated token is not fed
     o.threads = threads;
     o.batch = a.batch;
     auto r = ModelRunner::open(o);
@@ -171,21 +260,33 @@ int run_needle(const NeedleArgs& a) {
     run.cache_v = v;
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> logits;
-    for (size_t i = 0; i < cases->size(); ++i) {
-      const auto& c = (*cases)[i];
-      (*r)->reset();
+    for (size_t i = 0; i < n_cases; ++i) {
+      const auto& c = case_at(i);
       const auto tc = std::chrono::steady_clock::now();
-      Status st = (*r)->feed(c.ids.data(), c.ctx, false, &logits);
-      if (!st) return fail(st.with_context(fmt::format("case {} ({})", i + 1, c.tag)).message());
-      eval::NeedleResult res = eval::score_needle(c, logits.data(), (*r)->n_vocab());
+      eval::NeedleResult res;
+      if (text) {
+        const eval::TextNeedleCase& t = tin.cases[i];
+        auto ans = eval::answer_text_needle(**r, *tin.tok, t, a.gen_tokens);
+        if (!ans)
+          return fail(
+              ans.status().with_context(fmt::format("case {} ({})", i + 1, c.tag)).message());
+        res.correct = ans->correct;
+        res.predicted = ans->tokens.empty() ? -1 : ans->tokens.front();
+        run.text.push_back({t.key, t.value, ans->text, t.phrasing});
+      } else {
+        (*r)->reset();
+        Status st = (*r)->feed(c.ids.data(), c.ctx, false, &logits);
+        if (!st) return fail(st.with_context(fmt::format("case {} ({})", i + 1, c.tag)).message());
+        res = eval::score_needle(c, logits.data(), (*r)->n_vocab());
+        run.answers.push_back(c.answer);
+      }
       res.seconds = seconds_since(tc);
       run.table.add(c, res.correct);
       run.tags.push_back(c.tag);
-      run.answers.push_back(c.answer);
       run.results.push_back(res);
       if (tty)
         std::fprintf(stderr, "\r%s/%s: case %zu/%zu, %d/%d correct   ", k.c_str(), v.c_str(),
-                     i + 1, cases->size(), run.table.correct, run.table.total);
+                     i + 1, n_cases, run.table.correct, run.table.total);
     }
     run.seconds = seconds_since(t0);
     std::fprintf(stderr, "%s%s/%s: %d/%d correct in %.1f s\n", tty ? "\r" : "", k.c_str(),
@@ -208,10 +309,14 @@ void add_needle(CLI::App* ev, std::vector<std::pair<CLI::App*, Runner>>& subs) {
   auto a = std::make_shared<NeedleArgs>();
   auto* sub = ev->add_subcommand(
       "needle", "Needle-in-a-haystack accuracy by context length and needle depth per KV format");
+  a->app = sub;
   sub->add_option("-m,--model", a->model, "GGUF model file")->required();
   sub->add_option("--cases", a->cases,
                   "token-id cases to run as given (`answer ctx:depth:pos id id ...` per line)");
-  sub->add_option("--ctx", a->ctx, "generated cases: prompt lengths, comma-separated")
+  sub->add_option("--haystack", a->haystack,
+                  "text cases for real models: a needle sentence hidden in this text file "
+                  "(repeated to fill the context), scored by greedy generation");
+  sub->add_option("--ctx", a->ctx, "generated cases: prompt lengths in tokens, comma-separated")
       ->capture_default_str();
   sub->add_option("--depths", a->depths, "generated cases: needle depths in [0, 1]")
       ->capture_default_str();
@@ -219,11 +324,23 @@ void add_needle(CLI::App* ev, std::vector<std::pair<CLI::App*, Runner>>& subs) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
   sub->add_option("--seed", a->seed, "generator seed")->capture_default_str();
-  sub->add_option("--distractor-pairs", a->distractor_pairs, "K' V' pairs per case")
+  sub->add_option("--distractor-pairs", a->distractor_pairs, "token cases: K' V' pairs per case")
       ->capture_default_str();
-  sub->add_option("--value-share", a->value_share, "share of haystack tokens that are values")
+  sub->add_option("--value-share", a->value_share,
+                  "token cases: share of haystack tokens that are values")
       ->capture_default_str();
-  sub->add_option("--write-cases", a->write_cases, "also write the cases to this file");
+  sub->add_option("--phrasings", a->phrasings,
+                  fmt::format("text cases: built-in phrasings to rotate over trials (1-{}; "
+                              "default all)",
+                              eval::text_needle_phrasing_count()));
+  sub->add_option("--distractors", a->distractors,
+                  "text cases: sentences like the needle with other keys and values")
+      ->capture_default_str();
+  sub->add_option("--gen-tokens", a->gen_tokens, "text cases: greedy tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--write-cases", a->write_cases,
+                  "also write the cases to this file (text cases: one JSON object per line)");
   sub->add_option("--cache-type-k", a->ctk,
                   "K cache formats (alias -ctk), comma-separated: " +
                       std::string(eval::kv_type_names()))
@@ -237,7 +354,9 @@ void add_needle(CLI::App* ev, std::vector<std::pair<CLI::App*, Runner>>& subs) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   sub->add_flag("--json", a->json, "print the JSON summary instead of Markdown");
-  sub->add_flag("--per-case", a->per_case, "JSON: include every case's prediction and margin");
+  sub->add_flag(
+      "--per-case", a->per_case,
+      "JSON: include every case's prediction and margin (text cases: the generated text)");
   sub->add_option("--out-json", a->out_json, "write the JSON report here");
   sub->add_option("--out-md", a->out_md, "write the Markdown report here");
   sub->add_option("--html", a->html, "write a self-contained HTML report (heatmaps) here");
@@ -293,12 +412,7 @@ Expected<std::vector<int32_t>> kl_tokens(const KlArgs& a, const Model& m, std::s
     }
     *input = fmt::format("token ids {}", a.tokens_file);
   } else if (a.synthetic == "random") {
-    uint64_t s = a.seed * 0x9e3779b97f4a7c15ull + 1;
-    ids.push_back(1);
-    while (static_cast<int64_t>(ids.size()) < a.ctx) {
-      s ^= s << 13, s ^= s >> 7, s ^= s << 17;  // xorshift64
-      ids.push_back(static_cast<int32_t>(3 + s % static_cast<uint64_t>(nv - 3)));
-    }
+    ids = eval::random_tokens(a.ctx, nv, a.seed);
     *input = fmt::format("random ids, seed {}", a.seed);
   } else if (a.synthetic == "needle") {
     eval::NeedleGenSpec spec;
@@ -307,17 +421,21 @@ Expected<std::vector<int32_t>> kl_tokens(const KlArgs& a, const Model& m, std::s
     spec.trials = 1;
     spec.seed = a.seed;
     if (nv < spec.vocab.n_vocab)
-      return error(Code::kInvalidArgument, "--synthetic needle needs a {}-token vocabulary ({} has {})",
-                   spec.vocab.n_vocab, m.file().path(), nv);
+      return error(Code::kInvalidArgument,
+                   "--synthetic needle needs a {}-token vocabulary ({} has {})", spec.vocab.n_vocab,
+                   m.file().path(), nv);
     SUSTAIN_ASSIGN_OR_RETURN(auto cases, eval::generate_needle_cases(spec));
     ids = cases[0].ids;
-    *input = fmt::format("needle haystack ({} tokens, needle at depth 0.5), seed {}", a.ctx, a.seed);
+    *input =
+        fmt::format("needle haystack ({} tokens, needle at depth 0.5), seed {}", a.ctx, a.seed);
   } else {
-    return error(Code::kInvalidArgument, "--synthetic '{}' is not one of: random, needle", a.synthetic);
+    return error(Code::kInvalidArgument, "--synthetic '{}' is not one of: random, needle",
+                 a.synthetic);
   }
   if (static_cast<int64_t>(ids.size()) > a.ctx) ids.resize(static_cast<size_t>(a.ctx));
   if (ids.size() < 2)
-    return error(Code::kInvalidArgument, "{} gives {} tokens; at least 2 are needed", *input, ids.size());
+    return error(Code::kInvalidArgument, "{} gives {} tokens; at least 2 are needed", *input,
+                 ids.size());
   return ids;
 }
 
@@ -332,122 +450,70 @@ int run_kl(const KlArgs& a) {
   const int threads = a.threads > 0 ? a.threads : default_threads();
   const std::string base_model = a.base_model.empty() ? a.model : a.base_model;
 
-  std::unique_ptr<ModelRunner> base;
+  eval::KlRunSpec spec;
   eval::SavedBaseline saved;
-  std::vector<int32_t> ids;
   std::string input;
   if (!a.base_file.empty()) {
     auto b = eval::read_baseline(a.base_file);
     if (!b) return fail(b.status().message());
     saved = std::move(*b);
-    ids = saved.tokens;
+    spec.tokens = saved.tokens;
+    spec.saved = &saved;
     input = fmt::format("saved baseline {} ({}; {})", a.base_file, saved.source, saved.model);
   } else {
-    RunnerOptions o;
-    o.model = base_model;
-    o.cache_k = a.base_ctk;
-    o.cache_v = a.base_ctv;
-    o.ctx = 1;  // resized below once the token count is known
-    o.threads = threads;
-    o.batch = a.batch;
     // The tokens come from the base model's tokenizer: open it once to read them.
     auto m = Model::load(base_model);
     if (!m) return fail(m.status().message());
     auto t = kl_tokens(a, **m, &input);
     if (!t) return fail(t.status().message());
-    ids = std::move(*t);
-    o.ctx = static_cast<int64_t>(ids.size());
-    auto r = ModelRunner::open(o);
-    if (!r) return fail(r.status().message());
-    base = std::move(*r);
+    spec.tokens = std::move(*t);
+    spec.base.model = base_model;
+    spec.base.cache_k = a.base_ctk;
+    spec.base.cache_v = a.base_ctv;
+    spec.base.threads = threads;
+    spec.base.batch = a.batch;
+    spec.base_label = fmt::format("{}{}/{}", a.base_model.empty() ? "" : base_model + " ",
+                                  a.base_ctk, a.base_ctv);
   }
-  const int64_t n = static_cast<int64_t>(ids.size());
-  std::vector<std::unique_ptr<ModelRunner>> tests;
+  const int64_t n = static_cast<int64_t>(spec.tokens.size());
   for (const auto& [k, v] : *cfgs) {
     RunnerOptions o;
     o.model = a.model;
     o.cache_k = k;
     o.cache_v = v;
-    o.ctx = n;
     o.threads = threads;
     o.batch = a.batch;
-    auto r = ModelRunner::open(o);
-    if (!r) return fail(r.status().message());
-    const int64_t nv_base = base ? base->n_vocab() : saved.n_vocab;
-    if ((*r)->n_vocab() != nv_base)
-      return fail(fmt::format("{} has {} tokens but the baseline has {}: KL needs one vocabulary",
-                              a.model, (*r)->n_vocab(), nv_base));
-    tests.push_back(std::move(*r));
+    spec.tests.push_back(o);
+    spec.test_labels.push_back(
+        fmt::format("{}{}/{}", a.base_model.empty() ? "" : a.model + " ", k, v));
   }
+  spec.edges = *edges;
+  spec.chunk = a.batch;
+  if (!a.save_base.empty()) {
+    spec.save_to = &saved;
+    spec.save_top_k = a.top_k;
+  }
+  const bool tty = isatty(fileno(stderr)) != 0;
+  spec.progress = [tty](const eval::KlProgress& p) {
+    if (tty)
+      std::fprintf(stderr, "\rkl: %lld/%lld tokens   ", static_cast<long long>(p.done),
+                   static_cast<long long>(p.total));
+    return true;
+  };
+  auto runs = eval::run_kl(spec);
+  if (!runs) return fail(runs.status().message());
   if (!a.save_base.empty()) {
     saved.model = base_model;
     saved.cache_k = a.base_ctk;
     saved.cache_v = a.base_ctv;
     saved.source = input;
-    saved.n_vocab = base->n_vocab();
-    saved.top_k = static_cast<int>(std::min<int64_t>(a.top_k, base->n_vocab()));
-    saved.tokens = ids;
-  }
-  const int64_t nv = tests[0]->n_vocab();
-  std::vector<eval::KlAccumulator> acc(tests.size(), eval::KlAccumulator(*edges));
-  std::vector<double> secs(tests.size(), 0.0);
-  std::vector<float> base_logits, test_logits;
-  // Base and tests advance in lockstep, one chunk at a time, so memory holds
-  // two chunks of logits, never a whole 32K × vocabulary matrix.
-  const int64_t chunk = a.batch;
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    const int64_t c1 = std::min(n, c0 + chunk);
-    if (base) {
-      Status st = base->feed(ids.data() + c0, c1 - c0, true, &base_logits);
-      if (!st) return fail(st.with_context("baseline").message());
-      if (!a.save_base.empty())
-        for (int64_t i = c0; i < c1; ++i) {
-          const float* row = base_logits.data() + (i - c0) * nv;
-          saved.rows.push_back(eval::compress_row(row, nv, saved.top_k));
-          saved.next_logit.push_back(i + 1 < n ? row[ids[static_cast<size_t>(i + 1)]] : 0.0f);
-        }
-    }
-    for (size_t t = 0; t < tests.size(); ++t) {
-      const auto t0 = std::chrono::steady_clock::now();
-      Status st = tests[t]->feed(ids.data() + c0, c1 - c0, true, &test_logits);
-      secs[t] += seconds_since(t0);
-      if (!st) return fail(st.with_context(fmt::format("test {}/{}", (*cfgs)[t].first, (*cfgs)[t].second)).message());
-      for (int64_t i = c0; i < c1; ++i) {
-        const int32_t next = i + 1 < n ? ids[static_cast<size_t>(i + 1)] : -1;
-        const float* trow = test_logits.data() + (i - c0) * nv;
-        const eval::PositionStats s =
-            base ? eval::compare_rows(base_logits.data() + (i - c0) * nv, trow, nv, next)
-                 : eval::compare_saved(saved.rows[static_cast<size_t>(i)],
-                                       saved.next_logit[static_cast<size_t>(i)], trow, nv, next);
-        acc[t].add(i, s);
-      }
-    }
-    if (isatty(fileno(stderr)))
-      std::fprintf(stderr, "\rkl: %lld/%lld tokens   ", static_cast<long long>(c1),
-                   static_cast<long long>(n));
-  }
-  if (!a.save_base.empty())
     if (Status st = eval::write_baseline(a.save_base, saved); !st) return fail(st.message());
-
-  std::vector<eval::KlRun> runs;
-  const std::string base_label =
-      base ? fmt::format("{}{}/{}", a.base_model.empty() ? "" : base_model + " ", a.base_ctk, a.base_ctv)
-           : fmt::format("saved {} {}/{}", saved.model, saved.cache_k, saved.cache_v);
-  for (size_t t = 0; t < tests.size(); ++t) {
-    eval::KlRun r;
-    r.base_label = base_label;
-    r.test_label = fmt::format("{}{}/{}", a.base_model.empty() ? "" : a.model + " ",
-                               (*cfgs)[t].first, (*cfgs)[t].second);
-    r.buckets = acc[t].buckets();
-    r.from_saved = !base && saved.top_k < saved.n_vocab;
-    r.top_k = saved.top_k;
-    r.seconds = secs[t];
-    runs.push_back(std::move(r));
   }
+
   eval::Conditions cond = conditions(a.model, threads, a.batch);
   cond.base_model = base_model;
   cond.input = fmt::format("{}, {} tokens", input, n);
-  const std::string js = eval::kl_json(cond, runs), md = eval::kl_markdown(cond, runs);
+  const std::string js = eval::kl_json(cond, *runs), md = eval::kl_markdown(cond, *runs);
   for (const auto& [path, text] : {std::pair{a.out_json, js}, std::pair{a.out_md, md}})
     if (!path.empty())
       if (Status st = write_file(path, text); !st) return fail(st.message());
@@ -483,7 +549,8 @@ void add_kl(CLI::App* ev, std::vector<std::pair<CLI::App*, Runner>>& subs) {
   sub->add_option("--buckets", a->buckets, "bucket edges (positions), comma-separated")
       ->capture_default_str();
   sub->add_option("--save-base", a->save_base, "save the baseline (top-k + log-sum-exp) to FILE");
-  sub->add_option("--base-file", a->base_file, "compare against a saved baseline instead of running it");
+  sub->add_option("--base-file", a->base_file,
+                  "compare against a saved baseline instead of running it");
   sub->add_option("--top-k", a->top_k, "logits kept per position by --save-base (KL error bounded; "
                                        "exact when >= the vocabulary)")
       ->capture_default_str();
@@ -500,16 +567,19 @@ void add_kl(CLI::App* ev, std::vector<std::pair<CLI::App*, Runner>>& subs) {
 
 }  // namespace
 
+void add_eval_ab(CLI::App* ev, std::vector<std::pair<CLI::App*, Runner>>& subs);  // cmd_eval_ab.cc
+
 Runner add_eval(CLI::App& app) {
-  auto* ev = app.add_subcommand("eval", "What an optimization costs in quality: kl, needle");
+  auto* ev = app.add_subcommand("eval", "What an optimization costs in quality: kl, needle, ab");
   ev->require_subcommand(1);
   auto subs = std::make_shared<std::vector<std::pair<CLI::App*, Runner>>>();
   add_kl(ev, *subs);
   add_needle(ev, *subs);
+  add_eval_ab(ev, *subs);
   return [subs] {
     for (const auto& [sub, run] : *subs)
       if (sub->parsed()) return run();
-    return fail("eval: give a subcommand (kl, needle)");
+    return fail("eval: give a subcommand (kl, needle, ab)");
   };
 }
 

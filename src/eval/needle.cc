@@ -1,4 +1,5 @@
 #include "eval/needle.h"
+#include "base/splitmix.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -12,18 +13,6 @@
 namespace sustain::eval {
 namespace {
 
-struct SplitMix64 {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, n) (n > 0); the modulo bias is below 2^-40 for n < 2^24.
-  uint64_t below(uint64_t n) { return next() % n; }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-};
 
 bool parse_i64(const std::string& s, int64_t* out) {
   if (s.empty()) return false;

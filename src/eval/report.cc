@@ -1,4 +1,5 @@
 #include "eval/report.h"
+#include "base/html.h"
 
 #include <algorithm>
 #include <map>
@@ -47,19 +48,6 @@ Json cells_json(const NeedleTable& t) {
   return cells;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string o;
-  for (char ch : s) {
-    switch (ch) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += ch;
-    }
-  }
-  return o;
-}
 
 }  // namespace
 
@@ -81,6 +69,17 @@ std::string needle_json(const Conditions& c, const std::vector<NeedleRun>& runs,
       Json cases = Json::array();
       for (size_t i = 0; i < r.results.size(); ++i) {
         const NeedleResult& res = r.results[i];
+        if (i < r.text.size()) {
+          const TextNeedleScored& t = r.text[i];
+          cases.push_back({{"tag", r.tags[i]},
+                           {"key", t.key},
+                           {"value", t.value},
+                           {"phrasing", t.phrasing},
+                           {"generated", t.generated},
+                           {"correct", res.correct},
+                           {"seconds", res.seconds}});
+          continue;
+        }
         cases.push_back({{"tag", r.tags[i]},
                          {"answer", r.answers[i]},
                          {"predicted", res.predicted},
@@ -104,7 +103,8 @@ std::string needle_json(const Conditions& c, const std::vector<NeedleRun>& runs,
   j["total"] = sum.total;
   j["cells"] = cells_json(sum);
   j["configs"] = std::move(cfgs);
-  return j.dump(1);
+  // Generated text may end inside a UTF-8 character: replace, never throw.
+  return j.dump(1, ' ', false, Json::error_handler_t::replace);
 }
 
 std::string needle_markdown(const Conditions& c, const std::vector<NeedleRun>& runs) {
@@ -113,7 +113,7 @@ std::string needle_markdown(const Conditions& c, const std::vector<NeedleRun>& r
   for (int64_t ctx : contexts(runs)) {
     const auto ds = depths(runs, ctx);
     o += fmt::format("\n**ctx = {}** (correct/trials per needle depth)\n\n| KV (K/V) |", ctx);
-    for (double d : ds) o += " " + depth_str(d) + " |";
+    for (double d : ds) o += fmt::format(" {} |", depth_str(d));
     o += " total |\n|---|";
     for (size_t i = 0; i <= ds.size(); ++i) o += "---|";
     o += "\n";

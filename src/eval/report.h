@@ -20,12 +20,19 @@ struct Conditions {
   std::string commit;      // build
 };
 
+// A text case's answer (eval/text_needle.h): the value and what the model said.
+struct TextNeedleScored {
+  std::string key, value, generated;
+  int phrasing = 0;
+};
+
 struct NeedleRun {
   std::string cache_k, cache_v;
   NeedleTable table;
   std::vector<std::string> tags;        // per case, in order
-  std::vector<int32_t> answers;
+  std::vector<int32_t> answers;         // token cases
   std::vector<NeedleResult> results;
+  std::vector<TextNeedleScored> text;   // text cases (then answers is empty)
   double seconds = 0.0;
 };
 

@@ -1,4 +1,5 @@
 #include "tools/synth.h"
+#include "base/splitmix.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,16 +13,7 @@
 namespace sustain::tools {
 namespace {
 
-// SplitMix64: a tiny, high-quality generator; one state per row chunk.
-struct SplitMix64 {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-};
+// One SplitMix64 state per row chunk.
 
 // Approximately standard normal: the sum of four 16-bit uniforms (Irwin-Hall),
 // rescaled to unit variance. One 64-bit draw per value; cheap enough to fill

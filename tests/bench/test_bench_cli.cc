@@ -27,6 +27,14 @@ const std::string& tiny_model() {
   return path;
 }
 
+// A few hundred tokens of text: too short for a 4K quality context.
+std::string short_text() {
+  const std::string p = tmp_path("bench_cli_short.txt");
+  std::ofstream f(p);
+  for (int i = 0; i < 20; ++i) f << "The quick brown fox jumps over the lazy dog. ";
+  return p;
+}
+
 std::string slurp(const std::string& p) {
   std::ifstream f(p);
   std::stringstream ss;
@@ -40,7 +48,7 @@ TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
   auto r = run_cli("bench -m " + tiny_model() +
                    " --ctx 64,128 -n 4 -r 2 -t 2 --concurrency 1,2 --conc-prompt 32 "
                    "--poisson-requests 2 --prefill 100 --bw-mib 64 --bw-reps 2 "
-                   "--ablate kv=q8_0 -o " +
+                   "--ablate kv=q8_0 --quality off -o " +
                    dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(dir + "/report.json"), std::string::npos) << r.out;
@@ -112,6 +120,14 @@ TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
   ASSERT_EQ(j["ablation"]["rows"].size(), 2u);
   EXPECT_EQ(j["ablation"]["rows"][1]["kv"]["k_type"], "Q8_0");
   EXPECT_TRUE(j["ablation"]["rows"][1]["ladder"][0]["delta_pct"].is_number());
+  // --quality off: nothing measured, and the report says so.
+  for (const auto& row : j["ablation"]["rows"]) {
+    EXPECT_EQ(row["quality"]["skipped"], "--quality off");
+    EXPECT_FALSE(row["quality"].contains("kl"));
+  }
+  EXPECT_TRUE(j["ablation"]["quality"].is_null());
+  EXPECT_NE(j["ablation"]["quality_note"].get<std::string>().find("--quality off"),
+            std::string::npos);
   // The other two files.
   const std::string md = slurp(dir + "/report.md");
   EXPECT_NE(md.find("## Context ladder"), std::string::npos);
@@ -119,6 +135,87 @@ TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
   const std::string html = slurp(dir + "/report.html");
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);
+}
+
+// The quality column: each ablation row against row 0, measured by the KL
+// pass `sustain eval kl` runs and the needle retriever.
+TEST(CliBench, AblationQualityAgainstTheBaseline) {
+  // A tiny-llama with f16 weights and its Q8_0 quantization: the same
+  // vocabulary, so KL between the weight formats is defined.
+  const std::string f16 = tmp_path("bench_cli_tiny_llama_f16.gguf");
+  const std::string q8 = tmp_path("bench_cli_tiny_llama_q8_0.gguf");
+  auto r = run_cli("synth --preset tiny-llama --type F16 -t 2 -o " + f16);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_cli("quantize " + f16 + " " + q8 + " --type Q8_0 -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string dir = tmp_path("bench_cli_quality");
+  std::filesystem::remove_all(dir);
+  r = run_cli("bench -m " + f16 +
+              " --ctx 64 -n 4 -r 1 -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 "
+              "--ablate kv=q4_0 --ablate prefix=off --ablate kv=f16,model=" +
+              q8 + " --quality-ctx 128,512 --quality-budget 0 --seed 7 -o " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("bench quality KL"), std::string::npos) << r.err;  // progress
+  const json j = json::parse(slurp(dir + "/report.json"));
+  const Status st = bench::validate_report(j);
+  ASSERT_TRUE(st) << st.message();
+  const json& rows = j["ablation"]["rows"];
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(j["ablation"]["quality"]["ctx"], json({128, 512}));
+  EXPECT_EQ(j["ablation"]["quality"]["kl"]["tokens_evaluated"], 512);
+  auto kl_at = [&](size_t row, size_t k) { return rows[row]["quality"]["kl"][k]; };
+  // Row 0 against a second run of itself: exactly 0, every top-1 the same.
+  for (size_t k = 0; k < 2; ++k) {
+    const json c = kl_at(0, k);
+    EXPECT_EQ(c["kl_max"].get<double>(), 0.0) << c;
+    EXPECT_EQ(c["same_top1"].get<double>(), 1.0) << c;
+  }
+  EXPECT_EQ(kl_at(0, 0)["lo"], 64);  // the bucket (C/2, C] of C = 128
+  EXPECT_EQ(kl_at(0, 0)["hi"], 128);
+  EXPECT_EQ(kl_at(0, 1)["n"], 256);
+  // A 4-bit KV cache costs something, but is not another model.
+  for (size_t k = 0; k < 2; ++k) {
+    const json c = kl_at(1, k);
+    EXPECT_GT(c["kl_mean"].get<double>(), 0.0) << c;
+    EXPECT_LT(c["kl_mean"].get<double>(), 0.5) << c;
+    EXPECT_GE(c["kl_p99"].get<double>(), c["kl_median"].get<double>()) << c;
+    EXPECT_GT(c["same_top1"].get<double>(), 0.3) << c;
+    EXPECT_LE(c["same_top1"].get<double>(), 1.0) << c;
+  }
+  // The prefix cache changes nothing the KL pass computes: it points at row 1.
+  EXPECT_EQ(rows[2]["quality"]["same_as_row"], 1);
+  EXPECT_FALSE(rows[2]["quality"].contains("kl"));
+  // Q8_0 weights against F16: KL > 0, with the baseline's KV formats (no needle row).
+  EXPECT_GT(kl_at(3, 1)["kl_mean"].get<double>(), 0.0);
+  EXPECT_LT(kl_at(3, 1)["kl_mean"].get<double>(), 0.5);
+  EXPECT_FALSE(rows[3]["quality"].contains("needle"));
+  // The needle retriever for the baseline's and the q4_0 formats: 3 depths per context.
+  for (size_t row : {0, 1}) {
+    const json& nd = rows[row]["quality"]["needle"];
+    ASSERT_EQ(nd["cells"].size(), 2u) << nd;
+    EXPECT_EQ(nd["total"], 6);
+    EXPECT_GE(nd["correct"].get<int>(), 0);
+    EXPECT_EQ(nd["cells"][1]["ctx"], 512);
+  }
+  EXPECT_EQ(rows[0]["quality"]["needle"]["kv"], "f16/f16");
+  EXPECT_EQ(rows[1]["quality"]["needle"]["kv"], "q4_0/q4_0");
+  EXPECT_EQ(rows[0]["quality"]["needle"]["correct"], 6);  // f16 KV: the retriever works
+  // The bench's KL is `sustain eval kl`'s: the same pass on the same ids.
+  r = run_cli("eval kl -m " + f16 +
+              " --synthetic random --seed 7 -c 512 --buckets 256,512 "
+              "-ctk q4_0 -ctv q4_0 -t 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json e = json::parse(r.out)["runs"][0]["buckets"][1];
+  ASSERT_EQ(e["lo"], 256);
+  EXPECT_DOUBLE_EQ(e["kl"]["mean"].get<double>(), kl_at(1, 1)["kl_mean"].get<double>());
+  EXPECT_DOUBLE_EQ(e["same_top1"].get<double>(), kl_at(1, 1)["same_top1"].get<double>());
+  // The tables.
+  const std::string md = slurp(dir + "/report.md");
+  EXPECT_NE(md.find("KL mean (P99) @512"), std::string::npos) << md;
+  EXPECT_NE(md.find("| = row 1 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("3/3 @128"), std::string::npos) << md;
+  const std::string html = slurp(dir + "/report.html");
+  EXPECT_NE(html.find("top-1 same @128"), std::string::npos);
 }
 
 TEST(CliBench, Bandwidth) {
@@ -145,6 +242,19 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"--preset no-such --ctx 64", "no-such"},
       {"--url https://example.com", "https"},
       {"--url http://127.0.0.1:1 -n 4", "127.0.0.1:1"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate kv=q8_0 --quality-ctx 512,abc", "--quality-ctx"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate kv=q8_0 --quality-ctx 32", "below the smallest"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate kv=q8_0 --quality-ctx 8192,12288", "overlaps"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate kv=q8_0 --quality-ctx 0", "--quality-ctx"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate kv=q8_0 --quality maybe", "--quality"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate kv=q8_0 --quality-needle cut9", "cut9"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate kv=q8_0 --quality-budget -1", "--quality-budget"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate kv=q8_0 --quality-text " +
+           tmp_path("no_such_text.txt"),
+       "no_such_text.txt"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate kv=q8_0 --quality-ctx 4096 --quality-text " +
+           short_text(),
+       "needs 4096"},
   };
   for (const auto& c : cases) {
     auto r = run_cli("bench " + c.args + " --bw-mib 64 --bw-reps 1 -o " + tmp_path("bench_bad"));
