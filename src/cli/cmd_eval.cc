@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/file_io.h"
 #include "eval/baseline.h"
 #include "eval/kl.h"
 #include "eval/kl_run.h"
@@ -40,22 +41,6 @@ std::vector<std::string> split_list(const std::string& s) {
     i = j + 1;
   }
   return out;
-}
-
-Expected<std::string> read_file(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return error(Code::kIo, "cannot read {} '{}'", what, path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-Status write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) return error(Code::kIo, "cannot write '{}'", path);
-  f << text;
-  if (!f) return error(Code::kIo, "writing '{}' failed", path);
-  return Status::ok();
 }
 
 // K/V configurations from -ctk and -ctv lists: equal lengths pair up, a
@@ -155,7 +140,7 @@ Status check_needle_flags(const NeedleArgs& a) {
 
 Expected<std::vector<eval::NeedleCase>> needle_cases(const NeedleArgs& a, std::string* input) {
   if (!a.cases.empty()) {
-    SUSTAIN_ASSIGN_OR_RETURN(std::string text, read_file(a.cases, "--cases file"));
+    SUSTAIN_ASSIGN_OR_RETURN(std::string text, read_text_file(a.cases, "--cases file"));
     *input = fmt::format("cases file {}", a.cases);
     return eval::parse_needle_cases(text, a.cases);
   }
@@ -179,7 +164,7 @@ struct TextNeedleInput {
 };
 
 Status text_needle_cases(const NeedleArgs& a, TextNeedleInput* t, std::string* input) {
-  SUSTAIN_ASSIGN_OR_RETURN(std::string text, read_file(a.haystack, "--haystack file"));
+  SUSTAIN_ASSIGN_OR_RETURN(std::string text, read_text_file(a.haystack, "--haystack file"));
   SUSTAIN_ASSIGN_OR_RETURN(eval::Haystack hay, eval::split_haystack(text, a.haystack));
   SUSTAIN_ASSIGN_OR_RETURN(t->model, Model::load(a.model));
   SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(t->model->file()));
@@ -236,7 +221,7 @@ int run_needle(const NeedleArgs& a) {
       out +=
           (text ? text_case_line(tin.cases[i], *tin.tok) : eval::format_needle_case(case_at(i))) +
           "\n";
-    if (Status st = write_file(a.write_cases, out); !st) return fail(st.message());
+    if (Status st = write_text_file(a.write_cases, out); !st) return fail(st.message());
   }
   auto cfgs = kv_configs(a.ctk, a.ctv, a.kv_grid);
   if (!cfgs) return fail(cfgs.status().message());
@@ -300,7 +285,7 @@ int run_needle(const NeedleArgs& a) {
   for (const auto& [path, text] : {std::pair{a.out_json, js}, std::pair{a.out_md, md},
                                    std::pair{a.html, eval::needle_html(cond, runs)}})
     if (!path.empty())
-      if (Status st = write_file(path, text); !st) return fail(st.message());
+      if (Status st = write_text_file(path, text); !st) return fail(st.message());
   std::printf("%s\n", a.json ? js.c_str() : md.c_str());
   return 0;
 }
@@ -394,12 +379,12 @@ Expected<std::vector<int32_t>> kl_tokens(const KlArgs& a, const Model& m, std::s
   const int64_t nv = m.config().n_vocab;
   std::vector<int32_t> ids;
   if (!a.text_file.empty()) {
-    SUSTAIN_ASSIGN_OR_RETURN(std::string text, read_file(a.text_file, "text file"));
+    SUSTAIN_ASSIGN_OR_RETURN(std::string text, read_text_file(a.text_file, "text file"));
     SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(m.file()));
     SUSTAIN_ASSIGN_OR_RETURN(ids, tok.encode(text, true, false));
     *input = fmt::format("text {}", a.text_file);
   } else if (!a.tokens_file.empty()) {
-    SUSTAIN_ASSIGN_OR_RETURN(std::string text, read_file(a.tokens_file, "token file"));
+    SUSTAIN_ASSIGN_OR_RETURN(std::string text, read_text_file(a.tokens_file, "token file"));
     std::istringstream in(text);
     std::string t;
     while (in >> t) {
@@ -516,7 +501,7 @@ int run_kl(const KlArgs& a) {
   const std::string js = eval::kl_json(cond, *runs), md = eval::kl_markdown(cond, *runs);
   for (const auto& [path, text] : {std::pair{a.out_json, js}, std::pair{a.out_md, md}})
     if (!path.empty())
-      if (Status st = write_file(path, text); !st) return fail(st.message());
+      if (Status st = write_text_file(path, text); !st) return fail(st.message());
   std::printf("%s\n", a.json ? js.c_str() : md.c_str());
   return 0;
 }

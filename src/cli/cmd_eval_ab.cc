@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/file_io.h"
 #include "eval/ab.h"
 #include "eval/report.h"
 #include "eval/runner.h"
@@ -43,24 +44,6 @@ struct AbArgs {
   bool json = false;
   std::string out_json, out_md, html;
 };
-
-// cmd_eval.cc has the same two helpers in its anonymous namespace; these are
-// kept local (a few lines) rather than moving shared code this round.
-Expected<std::string> read_text(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return error(Code::kIo, "cannot read {} '{}'", what, path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-Status write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) return error(Code::kIo, "cannot write '{}'", path);
-  f << text;
-  if (!f) return error(Code::kIo, "writing '{}' failed", path);
-  return Status::ok();
-}
 
 // One generation: the prompt, then up to n sampled tokens (stopping at an
 // end-of-generation token unless ignore_eos). Returns the generated ids.
@@ -100,7 +83,7 @@ int run_ab(const AbArgs& a) {
                                    std::pair{"--ctk-b", a.ctk_b}, std::pair{"--ctv-b", a.ctv_b}})
     if (auto t = eval::parse_kv_type(name, flag); !t) return fail(t.status().message());
 
-  auto text = read_text(a.prompts, "--prompts file");
+  auto text = read_text_file(a.prompts, "--prompts file");
   if (!text) return fail(text.status().message());
   auto prompts = eval::parse_ab_prompts(*text, a.prompts);
   if (!prompts) return fail(prompts.status().message());
@@ -223,7 +206,7 @@ int run_ab(const AbArgs& a) {
   for (const auto& [path, out] : {std::pair{a.out_json, js}, std::pair{a.out_md, md},
                                   std::pair{a.html, eval::ab_html(cond, res)}})
     if (!path.empty())
-      if (Status st = write_text(path, out); !st) return fail(st.message());
+      if (Status st = write_text_file(path, out); !st) return fail(st.message());
   std::printf("%s\n", a.json ? js.c_str() : md.c_str());
   return 0;
 }

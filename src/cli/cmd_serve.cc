@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/file_io.h"
 #include "cli/model_session.h"
 
 #include "engine/api.h"
@@ -35,14 +36,6 @@ struct ServeArgs {
   bool deterministic = false;
   int max_n = 8;
 };
-
-Expected<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return error(Code::kIo, "--chat-template-file {}: cannot open", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string file_stem(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -85,7 +78,7 @@ int run_serve(const ServeArgs& a) {
   // it waits, plus room for /health, /metrics and immediate 429s.
   sc.http_threads = std::min(a.n_parallel + a.max_queue + 8, 1024);
   if (!a.chat_template_file.empty()) {
-    auto t = read_file(a.chat_template_file);
+    auto t = read_text_file(a.chat_template_file, "--chat-template-file");
     if (!t) return fail(t.status().message());
     sc.chat_template = std::move(*t);
     sc.chat_template_origin = a.chat_template_file;
