@@ -13,6 +13,7 @@ void attend_ref(const kv::KvCache& cache, int layer, const AttnParams& p,
   const DequantizeFn deq_k = qtype_traits(g.k_type).dequantize;
   const DequantizeFn deq_v = qtype_traits(g.v_type).dequantize;
   std::vector<float> krow(dk), vrow(dv);
+  std::vector<uint8_t> bytes(std::max(g.k_row_bytes(), g.v_row_bytes()));
   std::vector<double> scores;
   for (size_t t = 0; t < queries.size(); ++t) {
     const QueryInfo& qi = queries[t];
@@ -25,7 +26,8 @@ void attend_ref(const kv::KvCache& cache, int layer, const AttnParams& p,
       scores.assign(qi.n_visible, 0.0);
       double m = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < qi.n_visible; ++j) {
-        deq_k(cache.k_row(*qi.pages, layer, kvh, j), krow.data(), dk);
+        cache.copy_k_row(*qi.pages, layer, kvh, j, bytes.data());
+        deq_k(bytes.data(), krow.data(), dk);
         double s = 0.0;
         for (int c = 0; c < dk; ++c) s += double(qr[c]) * krow[c];
         scores[j] = s * p.scale;
@@ -34,7 +36,8 @@ void attend_ref(const kv::KvCache& cache, int layer, const AttnParams& p,
       double sum = 0.0;
       for (double& s : scores) sum += (s = std::exp(s - m));
       for (int64_t j = 0; j < qi.n_visible; ++j) {
-        deq_v(cache.v_row(*qi.pages, layer, kvh, j), vrow.data(), dv);
+        cache.copy_v_row(*qi.pages, layer, kvh, j, bytes.data());
+        deq_v(bytes.data(), vrow.data(), dv);
         const double w = scores[j] / sum;
         for (int c = 0; c < dv; ++c) o[c] += w * vrow[c];
       }

@@ -187,35 +187,57 @@ void KvCache::release(PageTable& t) {
   t.pages.clear();
 }
 
-uint8_t* KvCache::slot(const PageTable& t, int layer, int64_t pos, size_t block_off,
-                       size_t row_bytes) const {
+uint8_t* KvCache::layer_of(const PageTable& t, int layer, int64_t pos) const {
   SUSTAIN_CHECK(pos >= 0 && pos < capacity(t));
+  SUSTAIN_CHECK(layer >= 0 && layer < g_.n_layer);
   const int32_t page = t.pages[static_cast<size_t>(pos / g_.page_tokens)];
-  // const_cast: the non-const accessors hand out writable rows of our own pool.
-  return const_cast<uint8_t*>(layer_base(page, layer)) + block_off +
-         row_bytes * static_cast<size_t>(pos % g_.page_tokens);
+  // const_cast: writable blocks of our own pool, for store().
+  return const_cast<uint8_t*>(layer_base(page, layer));
 }
 
-uint8_t* KvCache::k_row(const PageTable& t, int layer, int head, int64_t pos) {
-  return slot(t, layer, pos, head_bytes_ * head, g_.k_row_bytes());
+void KvCache::copy_k_row(const PageTable& t, int layer, int head, int64_t pos,
+                         uint8_t* out) const {
+  const uint8_t* block = layer_of(t, layer, pos) + head_bytes_ * head;
+  const int s = static_cast<int>(pos % g_.page_tokens);
+  if (g_.k_tiled())
+    untile_row(g_.k_type, TileRole::kKey, g_.head_dim_k, block, s, out);
+  else
+    std::memcpy(out, block + g_.k_row_bytes() * s, g_.k_row_bytes());
 }
-uint8_t* KvCache::v_row(const PageTable& t, int layer, int head, int64_t pos) {
-  return slot(t, layer, pos, head_bytes_ * head + k_block_bytes_, g_.v_row_bytes());
-}
-const uint8_t* KvCache::k_row(const PageTable& t, int layer, int head, int64_t pos) const {
-  return const_cast<KvCache*>(this)->k_row(t, layer, head, pos);
-}
-const uint8_t* KvCache::v_row(const PageTable& t, int layer, int head, int64_t pos) const {
-  return const_cast<KvCache*>(this)->v_row(t, layer, head, pos);
+
+void KvCache::copy_v_row(const PageTable& t, int layer, int head, int64_t pos,
+                         uint8_t* out) const {
+  const uint8_t* block = layer_of(t, layer, pos) + head_bytes_ * head + k_block_bytes_;
+  const int s = static_cast<int>(pos % g_.page_tokens);
+  if (g_.v_tiled())
+    untile_row(g_.v_type, TileRole::kValue, g_.head_dim_v, block, s, out);
+  else
+    std::memcpy(out, block + g_.v_row_bytes() * s, g_.v_row_bytes());
 }
 
 void KvCache::store(const PageTable& t, int layer, int64_t pos, const float* k, const float* v) {
-  SUSTAIN_CHECK(layer >= 0 && layer < g_.n_layer);
   const QuantizeFn qk = qtype_traits(g_.k_type).quantize;
   const QuantizeFn qv = qtype_traits(g_.v_type).quantize;
+  uint8_t* base = layer_of(t, layer, pos);
+  const int s = static_cast<int>(pos % g_.page_tokens);
+  row_buf_.resize(std::max(g_.k_row_bytes(), g_.v_row_bytes()));
   for (int h = 0; h < g_.n_head_kv; ++h) {
-    qk(k + static_cast<size_t>(h) * g_.head_dim_k, k_row(t, layer, h, pos), g_.head_dim_k);
-    qv(v + static_cast<size_t>(h) * g_.head_dim_v, v_row(t, layer, h, pos), g_.head_dim_v);
+    uint8_t* kb = base + head_bytes_ * h;
+    uint8_t* vb = kb + k_block_bytes_;
+    const float* kh = k + static_cast<size_t>(h) * g_.head_dim_k;
+    const float* vh = v + static_cast<size_t>(h) * g_.head_dim_v;
+    if (g_.k_tiled()) {
+      qk(kh, row_buf_.data(), g_.head_dim_k);
+      tile_row(g_.k_type, TileRole::kKey, g_.head_dim_k, row_buf_.data(), s, kb);
+    } else {
+      qk(kh, kb + g_.k_row_bytes() * s, g_.head_dim_k);
+    }
+    if (g_.v_tiled()) {
+      qv(vh, row_buf_.data(), g_.head_dim_v);
+      tile_row(g_.v_type, TileRole::kValue, g_.head_dim_v, row_buf_.data(), s, vb);
+    } else {
+      qv(vh, vb + g_.v_row_bytes() * s, g_.head_dim_v);
+    }
   }
 }
 

@@ -11,7 +11,9 @@
 // 3x the bandwidth of 4 KiB blocks scattered a page apart (measured, see
 // bench/bench_attention.cc). Rows are stored in k_type / v_type (quantized on
 // append with the tensor/ quantizers), so head_dim must be a multiple of the
-// format's block size.
+// format's block size. The 32-element block formats are stored tiled (16
+// keys interleaved, kv/tiled.h) when `tiled` is set and page_tokens is a
+// multiple of 16: the same bytes per page, read 16 keys per vector.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kv/tiled.h"
 #include "tensor/qtype.h"
 
 namespace sustain::kv {
@@ -31,7 +34,12 @@ struct KvGeometry {
   QType k_type = QType::F16;
   QType v_type = QType::F16;
   int page_tokens = 32;
+  // Store block formats in the tiled layout (kv/tiled.h) where they have one.
+  bool tiled = false;
 
+  // Whether K (or V) pages are stored tiled.
+  bool k_tiled() const { return tiled && page_tokens % kTileKeys == 0 && tileable(k_type); }
+  bool v_tiled() const { return tiled && page_tokens % kTileKeys == 0 && tileable(v_type); }
   // Bytes of K (or V) for one token of one head of one layer.
   size_t k_row_bytes() const { return qtype_row_bytes(k_type, head_dim_k); }
   size_t v_row_bytes() const { return qtype_row_bytes(v_type, head_dim_v); }
@@ -105,14 +113,14 @@ class KvCache {
   // Returns all pages of `t` to the pool.
   void release(PageTable& t);
 
-  // Pointers to the K / V row of (layer, head) for token slot `pos` of `t`
-  // (pos < capacity reserved).
-  uint8_t* k_row(const PageTable& t, int layer, int head, int64_t pos);
-  uint8_t* v_row(const PageTable& t, int layer, int head, int64_t pos);
-  const uint8_t* k_row(const PageTable& t, int layer, int head, int64_t pos) const;
-  const uint8_t* v_row(const PageTable& t, int layer, int head, int64_t pos) const;
+  // Copies the K / V row of (layer, head) for token slot `pos` of `t` (pos <
+  // capacity reserved) to `out` as k_row_bytes (v_row_bytes) of the format's
+  // row, whatever the page layout.
+  void copy_k_row(const PageTable& t, int layer, int head, int64_t pos, uint8_t* out) const;
+  void copy_v_row(const PageTable& t, int layer, int head, int64_t pos, uint8_t* out) const;
 
-  // Start of the K block of (page, layer, head): page_tokens rows of k_row_bytes.
+  // Start of the K block of (page, layer, head): page_tokens rows of
+  // k_row_bytes, row after row or tiled (KvGeometry::k_tiled).
   const uint8_t* k_block(int32_t page, int layer, int head) const {
     return layer_base(page, layer) + head_bytes_ * head;
   }
@@ -131,8 +139,8 @@ class KvCache {
            layer_stride_ * static_cast<size_t>(layer);
   }
   void copy_page(int32_t from, int32_t to);
-  uint8_t* slot(const PageTable& t, int layer, int64_t pos, size_t block_off,
-                size_t row_bytes) const;
+  // The (page, layer) of token `pos` of `t`, writable (our own pool).
+  uint8_t* layer_of(const PageTable& t, int layer, int64_t pos) const;
 
   KvGeometry g_;
   int32_t n_pages_ = 0;
@@ -145,6 +153,7 @@ class KvCache {
   std::unique_ptr<uint8_t[], PoolDeleter> data_;
   std::vector<int32_t> free_;      // stack of free page ids
   std::vector<int32_t> refcount_;  // per page
+  std::vector<uint8_t> row_buf_;   // a quantized row on its way to a tiled block
 };
 
 }  // namespace sustain::kv

@@ -121,17 +121,29 @@ TEST(KvCache, ReserveReleaseAndOutOfPages) {
 
 TEST(KvCache, RowsFollowThePageLayout) {
   const KvGeometry g = small_geometry();
+  ASSERT_FALSE(g.k_tiled());
   auto c = KvCache::create(g, 64);
   ASSERT_TRUE(c);
   PageTable t;
   ASSERT_TRUE(c->reserve(t, 40));
+  std::vector<float> k(g.n_head_kv * g.head_dim_k), v(g.n_head_kv * g.head_dim_v);
+  std::vector<uint8_t> row(std::max(g.k_row_bytes(), g.v_row_bytes()));
   for (int layer = 0; layer < g.n_layer; ++layer) {
-    for (int h = 0; h < g.n_head_kv; ++h) {
-      for (int64_t pos : {0, 1, 15, 16, 39}) {
+    for (int64_t pos : {0, 1, 15, 16, 39}) {
+      for (size_t i = 0; i < k.size(); ++i) k[i] = float(layer * 100 + pos) + 0.25f * float(i);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = -k[i % k.size()];
+      c->store(t, layer, pos, k.data(), v.data());
+      for (int h = 0; h < g.n_head_kv; ++h) {
         const int32_t page = t.pages[pos / g.page_tokens];
         const size_t slot = pos % g.page_tokens;
-        EXPECT_EQ(c->k_row(t, layer, h, pos), c->k_block(page, layer, h) + slot * g.k_row_bytes());
-        EXPECT_EQ(c->v_row(t, layer, h, pos), c->v_block(page, layer, h) + slot * g.v_row_bytes());
+        c->copy_k_row(t, layer, h, pos, row.data());
+        EXPECT_EQ(std::memcmp(row.data(), c->k_block(page, layer, h) + slot * g.k_row_bytes(),
+                              g.k_row_bytes()),
+                  0);
+        c->copy_v_row(t, layer, h, pos, row.data());
+        EXPECT_EQ(std::memcmp(row.data(), c->v_block(page, layer, h) + slot * g.v_row_bytes(),
+                              g.v_row_bytes()),
+                  0);
       }
     }
   }
@@ -166,8 +178,9 @@ TEST(KvCache, StoreKeepsRowsApart) {
     for (int layer = 0; layer < g.n_layer; ++layer) {
       for (int64_t pos = 0; pos < t.n_tokens; ++pos) {
         for (int h = 0; h < g.n_head_kv; ++h) {
-          const auto* kr = reinterpret_cast<const float*>(c->k_row(t, layer, h, pos));
-          const auto* vr = reinterpret_cast<const float*>(c->v_row(t, layer, h, pos));
+          std::vector<float> kr(g.head_dim_k), vr(g.head_dim_v);
+          c->copy_k_row(t, layer, h, pos, reinterpret_cast<uint8_t*>(kr.data()));
+          c->copy_v_row(t, layer, h, pos, reinterpret_cast<uint8_t*>(vr.data()));
           for (int d = 0; d < g.head_dim_k; ++d) {
             ASSERT_EQ(kr[d], value(seq, layer, pos, h * g.head_dim_k + d, false));
             ASSERT_EQ(vr[d], value(seq, layer, pos, h * g.head_dim_k + d, true));
@@ -195,7 +208,7 @@ TEST_P(KvStoreFormat, RoundTrip) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const QTypeTraits& tr = qtype_traits(type);
   std::vector<float> k(g.n_head_kv * g.head_dim_k), v(g.n_head_kv * g.head_dim_v);
-  std::vector<uint8_t> expect(g.v_row_bytes());
+  std::vector<uint8_t> expect(g.v_row_bytes()), got(g.v_row_bytes());
   std::vector<float> back(g.head_dim_v);
   for (int64_t pos : {0, 17, 39}) {
     for (float& x : k) x = nd(rng);
@@ -203,11 +216,13 @@ TEST_P(KvStoreFormat, RoundTrip) {
     c->store(t, 1, pos, k.data(), v.data());
     for (int h = 0; h < g.n_head_kv; ++h) {
       tr.quantize(k.data() + h * g.head_dim_k, expect.data(), g.head_dim_k);
-      EXPECT_EQ(std::memcmp(expect.data(), c->k_row(t, 1, h, pos), g.k_row_bytes()), 0);
+      c->copy_k_row(t, 1, h, pos, got.data());
+      EXPECT_EQ(std::memcmp(expect.data(), got.data(), g.k_row_bytes()), 0);
       tr.quantize(v.data() + h * g.head_dim_v, expect.data(), g.head_dim_v);
-      EXPECT_EQ(std::memcmp(expect.data(), c->v_row(t, 1, h, pos), g.v_row_bytes()), 0);
+      c->copy_v_row(t, 1, h, pos, got.data());
+      EXPECT_EQ(std::memcmp(expect.data(), got.data(), g.v_row_bytes()), 0);
       // Read-back error within what the format can carry.
-      tr.dequantize(c->v_row(t, 1, h, pos), back.data(), g.head_dim_v);
+      tr.dequantize(got.data(), back.data(), g.head_dim_v);
       double err = 0, norm = 0;
       for (int i = 0; i < g.head_dim_v; ++i) {
         const double d = back[i] - v[h * g.head_dim_v + i];
@@ -268,7 +283,9 @@ TEST(KvCache, SmolLm2At262144TokensOfQ4_0IsExactlyTheFormula) {
     v[i] = std::cos(0.1f * float(i));
   }
   c->store(t, 29, 262143, k.data(), v.data());
-  qtype_traits(QType::Q4_0).dequantize(c->k_row(t, 29, 2, 262143), back.data(), 64);
+  uint8_t row[36];
+  c->copy_k_row(t, 29, 2, 262143, row);
+  qtype_traits(QType::Q4_0).dequantize(row, back.data(), 64);
   for (int i = 0; i < 64; ++i) EXPECT_NEAR(back[i], k[128 + i], 0.15f);
 }
 

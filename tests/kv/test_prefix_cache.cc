@@ -35,7 +35,9 @@ void store_tokens(KvCache& c, const PageTable& t, const std::vector<int32_t>& to
 }
 
 float k_at(const KvCache& c, const PageTable& t, int layer, int64_t pos) {
-  return reinterpret_cast<const float*>(c.k_row(t, layer, 0, pos))[0];
+  float row[4];
+  c.copy_k_row(t, layer, 0, pos, reinterpret_cast<uint8_t*>(row));
+  return row[0];
 }
 
 TEST(PrefixCache, SecondSequenceSharesWholePagesOfTheCommonPrefix) {
