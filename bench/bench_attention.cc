@@ -7,6 +7,7 @@
 //
 //   bench_attention --benchmark_repetitions=5 --benchmark_report_aggregates_only
 //   bench_attention --benchmark_filter='Decode.*/16384/32/1/'  (one depth, every format)
+//   bench_attention --benchmark_filter='Decode.*/32768/32/1/4/'  (Q4_0 tiled and rows)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -56,18 +57,19 @@ struct Setup {
   kv::PageTable table;
 };
 
-Setup& setup(QType type, int page_tokens, int64_t ctx) {
-  static std::map<std::tuple<QType, int, int64_t>, Setup> cache;
-  Setup& s = cache[{type, page_tokens, ctx}];
+Setup& setup(QType type, int page_tokens, int64_t ctx, bool tiled = true) {
+  static std::map<std::tuple<QType, int, int64_t, bool>, Setup> cache;
+  Setup& s = cache[{type, page_tokens, ctx, tiled}];
   if (s.cache) return s;
   cache.clear();  // one at a time: a 32K f16 cache is 740 MB
-  Setup& fresh = cache[{type, page_tokens, ctx}];
+  Setup& fresh = cache[{type, page_tokens, ctx, tiled}];
   kv::KvGeometry g;
   g.n_layer = kLayers;
   g.n_head_kv = kHeadsKv;
   g.head_dim_k = g.head_dim_v = kHeadDim;
   g.k_type = g.v_type = type;
   g.page_tokens = page_tokens;
+  g.tiled = tiled;
   auto c = kv::KvCache::create(g, ctx);
   if (!c) std::abort();
   fresh.cache = std::make_unique<kv::KvCache>(std::move(c.value()));
@@ -127,12 +129,14 @@ void time_layers(benchmark::State& state, const Setup& s, int64_t ctx, int layer
 }
 
 // Decode (one query token) over all kLayers layers.
-// args: context, page tokens, split (0 off, 1 auto), format (index in kTypes)
+// args: context, page tokens, split (0 off, 1 auto), format (index in kTypes),
+// page layout of the block formats (1 tiled, 0 rows; kv/tiled.h)
 void BM_DecodeAttention(benchmark::State& state) {
   const int64_t ctx = state.range(0);
   const int page_tokens = static_cast<int>(state.range(1));
   const QType type = kTypes[state.range(3)];
-  Setup& s = setup(type, page_tokens, ctx);
+  const bool tiled = state.range(4) != 0;
+  Setup& s = setup(type, page_tokens, ctx, tiled);
   const attention::AttnParams p = bench_params(state.range(2) != 0);
   const std::vector<attention::QueryInfo> queries = {{&s.table, ctx}};
   std::vector<float> q(kHeads * kHeadDim), out(kHeads * kHeadDim);
@@ -144,15 +148,21 @@ void BM_DecodeAttention(benchmark::State& state) {
     attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
     benchmark::DoNotOptimize(out.data());
   });
-  state.SetLabel(std::string(qtype_name(type)) + (state.range(2) ? " split" : " nosplit"));
+  state.SetLabel(std::string(qtype_name(type)) + (state.range(2) ? " split" : " nosplit") +
+                 (s.cache->geometry().k_tiled() ? " tiled" : ""));
 }
 
 void DecodeArgs(benchmark::internal::Benchmark* b) {
   for (int t = 0; t < int(std::size(kTypes)); ++t)
-    for (int64_t ctx : {4096, 16384, 32768}) b->Args({ctx, 32, 1, t});
-  b->Args({16384, 32, 0, 1});  // no split-KV: one item per KV head
-  b->Args({16384, 16, 1, 1});  // page size
-  b->Args({16384, 256, 1, 1});
+    for (int64_t ctx : {4096, 16384, 32768}) b->Args({ctx, 32, 1, t, 1});
+  // Block formats row by row, against tiled: from memory (32K), and from
+  // cache (2K: 30 layers of KV in 13-25 MB, so the kernels' compute alone).
+  for (int t = 3; t <= 7; ++t) b->Args({32768, 32, 1, t, 0});
+  for (int t = 3; t <= 7; ++t)
+    for (int tiled : {1, 0}) b->Args({2048, 32, 1, t, tiled});
+  b->Args({16384, 32, 0, 1, 1});  // no split-KV: one item per KV head
+  b->Args({16384, 16, 1, 1, 1});  // page size
+  b->Args({16384, 256, 1, 1, 1});
 }
 BENCHMARK(BM_DecodeAttention)
     ->Apply(DecodeArgs)

@@ -3,9 +3,11 @@
 // FP8_E4M3, Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 are read in place and converted
 // in registers (on every target, AVX2 included). On AVX-512 VNNI the block
 // formats go integer: K dotted with a once-quantized int8 q (vpdpbusd), V
-// accumulated as codes × int16 softmax weights (vpdpwssd). Other formats
-// (and mixed K/V formats' V) are converted a tile of rows at a time into a
-// small f32 buffer.
+// accumulated as codes × integer softmax weights; pages in the tiled layout
+// (kv/tiled.h) by the 16-keys-per-vector kernels of attend_tiled-inl.h, on
+// other targets put back into rows a tile at a time. Other formats (and
+// mixed K/V formats' V) are converted a tile of rows at a time into a small
+// f32 buffer.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -171,6 +173,18 @@ struct Fp8Rows {
     return hn::IfThenElse(nan, hn::Set(d, std::numeric_limits<float>::quiet_NaN()), v);
   }
 };
+
+// K / V pages in the tiled layout of a block format (kv/tiled.h), read by
+// the VNNI kernels of attend_tiled-inl.h. Elsewhere a tiled tile is first
+// put back into rows (kv::untile_row) and read by the format's row reader.
+template <QType T>
+struct TiledRows {
+  static constexpr QType kType = T;
+};
+template <class RF>
+inline constexpr bool kIsTiled = false;
+template <QType T>
+inline constexpr bool kIsTiled<TiledRows<T>> = true;
 
 // Calls fn(RowsType) for the row reader of `type` (F32Rows for formats
 // without one: they are staged through the generic dequantizer).
@@ -391,6 +405,7 @@ HWY_INLINE void AccumulateRows(D d, const float* const* p, const uint8_t* vrows,
 #if SUSTAIN_ATTN_VNNI
 // Inside this target's namespace, once per VNNI target (see the header).
 #include "attention/attend_vnni-inl.h"
+#include "attention/attend_tiled-inl.h"
 #endif  // SUSTAIN_ATTN_VNNI
 
 // o_r += sum_j p_r[j] v_j for j < n with Q8_0 V read in place: the int8
@@ -468,7 +483,7 @@ HWY_INLINE void AccumulateRowsQ8(D d, const float* const* p, const uint8_t* vrow
 // K formats dotted with an int8 copy of q on VNNI targets.
 template <class KF>
 inline constexpr bool kIntQuery =
-    std::is_same_v<KF, Q8Rows> || std::is_same_v<KF, Q4_0Rows> ||
+    kIsTiled<KF> || std::is_same_v<KF, Q8Rows> || std::is_same_v<KF, Q4_0Rows> ||
     std::is_same_v<KF, Q4_1Rows> || std::is_same_v<KF, Q5_0Rows> || std::is_same_v<KF, Q5_1Rows>;
 
 // exp(x) for the softmax's x = score - running maximum (x <= 0, -inf for a
@@ -552,7 +567,9 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
     Q8Query qq[R];
     for (int k = 0; k < R; ++k)
       qq[k] = Q8QueryAt(qbuf + size_t(idx[k]) * q8_row_floats(it.dk), it.dk);
-    if constexpr (std::is_same_v<KF, Q8Rows>)
+    if constexpr (kIsTiled<KF>)
+      ScoreRowsTiled<R, KF::kType>(qq, krows, n_max, it.dk, s, pf);
+    else if constexpr (std::is_same_v<KF, Q8Rows>)
       ScoreRowsQ8<R>(qq, krows, kstride, n_max, it.dk, s, pf);
     else if constexpr (std::is_same_v<KF, Q4_0Rows>)
       ScoreRowsQ4<R, BlockQ4_0, 8, false, false>(qq, krows, kstride, n_max, it.dk, s, pf);
@@ -575,7 +592,9 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
       std::fill(s[k], s[k] + kTile, 0.0f);
   }
 #if SUSTAIN_ATTN_VNNI
-  if constexpr (std::is_same_v<VF, Q8Rows>)
+  if constexpr (kIsTiled<VF>)
+    AccumulateRowsTiled<R, VF::kType>(s, vrows, n_max, it.dv, o, vwork);
+  else if constexpr (std::is_same_v<VF, Q8Rows>)
     AccumulateRowsQ8Int<R>(s, vrows, vstride, n_max, it.dv, o, vwork);
   else if constexpr (std::is_same_v<VF, Q4_0Rows>)
     AccumulateRowsQ4Int<R, BlockQ4_0, 8, false, false>(s, vrows, vstride, n_max, it.dv, o, vwork);
@@ -607,11 +626,15 @@ void RunItemT(D d, const Item& it) {
   const size_t krb = g.k_row_bytes(), vrb = g.v_row_bytes();
   const bool stage_k = std::is_same_v<KF, F32Rows> && g.k_type != QType::F32;
   const bool stage_v = std::is_same_v<VF, F32Rows> && g.v_type != QType::F32;
+  // Tiled pages read by a row reader are put back into rows a tile at a time.
+  const bool untile_k = g.k_tiled() && !kIsTiled<KF>;
+  const bool untile_v = g.v_tiled() && !kIsTiled<VF>;
 
   float* scores = it.work;  // [kScoreRows][kTile]
   float* kbuf = scores + round_up_floats(size_t(kScoreRows) * kTile);
   float* vbuf = kbuf + round_up_floats(size_t(kTile) * dk);
-  float* qbuf = vbuf + round_up_floats(size_t(kTile) * dv);
+  auto* ubuf = reinterpret_cast<uint8_t*>(vbuf + round_up_floats(size_t(kTile) * dv));
+  float* qbuf = vbuf + round_up_floats(size_t(kTile) * dv) + untiled_floats(dk, dv);
 
   for (int r = 0; r < rows; ++r) {
     it.m[r] = -std::numeric_limits<float>::infinity();
@@ -659,6 +682,19 @@ void RunItemT(D d, const Item& it) {
         pf.n = jump_n;
       }
       size_t kstride = krb, vstride = vrb;
+      if (untile_k) {
+        const uint8_t* block = cache.k_block(page, it.layer, hk);
+        for (int j = 0; j < n; ++j)
+          kv::untile_row(g.k_type, kv::TileRole::kKey, dk, block, slot + j, ubuf + j * krb);
+        ksrc = ubuf;
+      }
+      if (untile_v) {
+        const uint8_t* block = cache.v_block(page, it.layer, hk);
+        uint8_t* dst = ubuf + size_t(kTile) * krb;
+        for (int j = 0; j < n; ++j)
+          kv::untile_row(g.v_type, kv::TileRole::kValue, dv, block, slot + j, dst + j * vrb);
+        vsrc = dst;
+      }
       if (stage_k) {
         StageRows(d, g.k_type, ksrc, krb, n, dk, kbuf);
         ksrc = reinterpret_cast<const uint8_t*>(kbuf);
@@ -712,10 +748,23 @@ void RunItemT(D d, const Item& it) {
 // instantiations down.
 template <bool kFull, class D, class KF>
 void RunItemV(D d, const Item& it) {
-  const QType vt = it.cache->geometry().v_type;
+  const kv::KvGeometry& g = it.cache->geometry();
+  const QType vt = g.v_type;
   if (vt == QType::F16) return RunItemT<D, KF, F16Rows>(d, it);
-  if constexpr (kFull && !std::is_same_v<KF, F32Rows> && !std::is_same_v<KF, F16Rows>) {
-    if (vt == it.cache->geometry().k_type) return RunItemT<D, KF, KF>(d, it);
+#if SUSTAIN_ATTN_VNNI
+  // Tiled V beside tiled or F16 K: Q8_0, or K's own format.
+  if constexpr (kFull && (kIsTiled<KF> || std::is_same_v<KF, F16Rows>)) {
+    if (g.v_tiled()) {
+      if (vt == QType::Q8_0) return RunItemT<D, KF, TiledRows<QType::Q8_0>>(d, it);
+      if constexpr (kIsTiled<KF>) {
+        if (vt == KF::kType) return RunItemT<D, KF, KF>(d, it);
+      }
+    }
+  }
+#endif
+  if constexpr (kFull && !std::is_same_v<KF, F32Rows> && !std::is_same_v<KF, F16Rows> &&
+                !kIsTiled<KF>) {
+    if (vt == g.k_type) return RunItemT<D, KF, KF>(d, it);
   }
   if constexpr (kFull) {
     if (vt == QType::Q8_0) return RunItemT<D, KF, Q8Rows>(d, it);
@@ -725,8 +774,23 @@ void RunItemV(D d, const Item& it) {
 
 template <bool kFull, class D>
 void RunItemD(D d, const Item& it) {
-  const QType kt = it.cache->geometry().k_type;
+  const kv::KvGeometry& g = it.cache->geometry();
+  const QType kt = g.k_type;
   if (kt == QType::F16) return RunItemV<kFull, D, F16Rows>(d, it);
+#if SUSTAIN_ATTN_VNNI
+  if constexpr (kFull) {
+    if (g.k_tiled()) {
+      switch (kt) {
+        case QType::Q8_0: return RunItemV<kFull, D, TiledRows<QType::Q8_0>>(d, it);
+        case QType::Q4_0: return RunItemV<kFull, D, TiledRows<QType::Q4_0>>(d, it);
+        case QType::Q4_1: return RunItemV<kFull, D, TiledRows<QType::Q4_1>>(d, it);
+        case QType::Q5_0: return RunItemV<kFull, D, TiledRows<QType::Q5_0>>(d, it);
+        case QType::Q5_1: return RunItemV<kFull, D, TiledRows<QType::Q5_1>>(d, it);
+        default: break;
+      }
+    }
+  }
+#endif
   if constexpr (kFull) {
     WithRows(kt, [&](auto rows) { RunItemV<kFull, D, decltype(rows)>(d, it); });
   } else {

@@ -35,7 +35,7 @@ struct KvGeometry {
   QType v_type = QType::F16;
   int page_tokens = 32;
   // Store block formats in the tiled layout (kv/tiled.h) where they have one.
-  bool tiled = false;
+  bool tiled = true;
 
   // Whether K (or V) pages are stored tiled.
   bool k_tiled() const { return tiled && page_tokens % kTileKeys == 0 && tileable(k_type); }

@@ -204,13 +204,16 @@ INSTANTIATE_TEST_SUITE_P(
 // Every KV format (K and V the same, as -ctk X -ctv X stores them) on
 // awkward shapes: contexts off tile and page edges, GQA ratios 1–8, a
 // prefill chunk (causal) beside decode queries, 1–3 threads with split-KV
-// off, automatic and forced (pages split across threads).
-using FormatShapeCase = std::tuple<QType, int, int>;  // K/V type, group, head dim
+// off, automatic and forced (pages split across threads); the block formats
+// in both page layouts (tiled, read 16 keys per vector, and row by row).
+using FormatShapeCase = std::tuple<QType, int, int, bool>;  // K/V type, group, head dim, tiled
 class FormatShapes : public ::testing::TestWithParam<FormatShapeCase> {};
 
 TEST_P(FormatShapes, MatchesReference) {
-  const auto [type, group, dim] = GetParam();
-  const kv::KvGeometry g = geometry(2, dim, 16, type, type);
+  const auto [type, group, dim, tiled] = GetParam();
+  kv::KvGeometry g = geometry(2, dim, 16, type, type);
+  g.tiled = tiled;
+  EXPECT_EQ(g.k_tiled(), tiled && kv::tileable(type));
   Filled f = make_filled(g, {517, 33, 1}, 41 + group);
   const AttnParams p = params_for(g, group, SplitKv::kAuto);
   std::vector<QueryInfo> queries = {{&f.seqs[0], 517}, {&f.seqs[1], 33}, {&f.seqs[2], 1}};
@@ -219,17 +222,57 @@ TEST_P(FormatShapes, MatchesReference) {
   worst_over_runs(*f.cache, 1, p, queries, uint32_t(group * 13 + dim));
 }
 
+std::vector<FormatShapeCase> format_shape_cases() {
+  std::vector<FormatShapeCase> out;
+  for (QType t : {QType::F32, QType::F16, QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1,
+                  QType::Q5_0, QType::Q5_1, QType::FP8_E4M3})
+    for (int group : {1, 3, 8})
+      for (int dim : {32, 64, 128}) {
+        out.emplace_back(t, group, dim, true);
+        if (kv::tileable(t)) out.emplace_back(t, group, dim, false);
+      }
+  return out;
+}
+
 INSTANTIATE_TEST_SUITE_P(
-    Types, FormatShapes,
-    ::testing::Combine(::testing::Values(QType::F32, QType::F16, QType::BF16, QType::Q8_0,
-                                         QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1,
-                                         QType::FP8_E4M3),
-                       ::testing::Values(1, 3, 8), ::testing::Values(32, 64, 128)),
+    Types, FormatShapes, ::testing::ValuesIn(format_shape_cases()),
     [](const auto& info) {
       return std::string(qtype_name(std::get<0>(info.param))) + "_g" +
              std::to_string(std::get<1>(info.param)) + "_d" +
-             std::to_string(std::get<2>(info.param));
+             std::to_string(std::get<2>(info.param)) +
+             (!kv::tileable(std::get<0>(info.param)) ? ""
+              : std::get<3>(info.param)             ? "_tiled"
+                                                    : "_rows");
     });
+
+// Tiled and row-by-row pages of the same values both match the reference
+// (the integer kernels differ), on a context that is not a whole number of
+// 16-key groups and a page size of 48 (tiles of 32 and 16 keys).
+TEST(Attention, TiledAndRowsAgree) {
+  for (QType type : {QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1}) {
+    SCOPED_TRACE(qtype_name(type));
+    kv::KvGeometry g = geometry(2, 64, 48, type, type);
+    g.tiled = false;
+    Filled rows = make_filled(g, {1001}, 7);
+    g.tiled = true;
+    ASSERT_TRUE(g.k_tiled());
+    Filled tiled = make_filled(g, {1001}, 7);
+    const AttnParams p = params_for(g, 4, SplitKv::kAuto);
+    const std::vector<QueryInfo> qr = {{&rows.seqs[0], 1001}, {&rows.seqs[0], 18}};
+    const std::vector<QueryInfo> qt = {{&tiled.seqs[0], 1001}, {&tiled.seqs[0], 18}};
+    const std::vector<float> q = random_q(2 * p.n_head * p.head_dim_k, 99);
+    std::vector<float> out_r(2 * p.n_head * p.head_dim_v), out_t(out_r.size());
+    std::vector<double> ref(out_r.size()), ref_r(out_r.size());
+    auto scratch = aligned_scratch(attention_scratch_bytes(p, 2, 2));
+    attend(*rows.cache, 1, p, qr, q.data(), out_r.data(), pool(2), scratch.get());
+    attend(*tiled.cache, 1, p, qt, q.data(), out_t.data(), pool(2), scratch.get());
+    attend_ref(*tiled.cache, 1, p, qt, q.data(), ref.data());
+    attend_ref(*rows.cache, 1, p, qr, q.data(), ref_r.data());
+    EXPECT_EQ(ref, ref_r);  // the same values, stored two ways
+    EXPECT_LE(max_rel_error(out_t, ref, p.head_dim_v), kTolQ8K);
+    EXPECT_LE(max_rel_error(out_r, ref, p.head_dim_v), kTolQ8K);
+  }
+}
 
 // Different K and V widths (MLA-like geometries).
 TEST(Attention, DifferentKAndVWidths) {

@@ -1,0 +1,258 @@
+// The AVX-512 VNNI paths of the attention kernel for K / V pages stored in
+// the tiled layout (kv/tiled.h): 16 keys per vector, one per 32-bit lane for
+// K·q, four per lane for p·V. Included by attend_kernel.cc inside its
+// per-target namespace after attend_vnni-inl.h (Q8Query, PrefetchQ8), only
+// where SUSTAIN_ATTN_VNNI is 1; no include guard (Highway's -inl.h
+// convention).
+//
+// Against the row-major kernels (attend_vnni-inl.h) this removes the
+// per-key inserts, the transposes that reduce four keys' lane sums, and the
+// gathering of block scales: scales of 16 keys are one 32-byte load.
+//
+// Compile-time facts of a tiled group-block, mirroring kv::tile_format
+// (the attention tests check the kernels against the reference, which reads
+// rows back through kv::untile_row).
+template <QType T>
+struct TiledFmt {
+  static constexpr bool kMin = T == QType::Q4_1 || T == QType::Q5_1;
+  static constexpr bool kHigh = T == QType::Q5_0 || T == QType::Q5_1;
+  static constexpr bool kBytes = T == QType::Q8_0;  // 8-bit codes, not nibbles
+  static constexpr int kOffset =
+      T == QType::Q8_0 ? 128 : T == QType::Q4_0 ? 8 : T == QType::Q5_0 ? 16 : 0;
+  static constexpr size_t kCodesOff = kMin ? 64 : 32;
+  static constexpr size_t kHighOff = kCodesOff + (kBytes ? 512 : 256);
+  static constexpr size_t kSize = kHighOff + (kHigh ? 64 : 0);
+};
+
+#pragma GCC push_options
+#pragma GCC target("avx512vnni,avx512bw,avx512vl,no-avxvnni")
+
+// The f16 values at p (16 keys) as f32, lanes at or past `n` zero (keys past
+// the sequence's end hold stale bytes, which may be any f16 at all).
+HWY_INLINE __m512 Half16(const uint8_t* p, __mmask16 live) {
+  return _mm512_maskz_mov_ps(live,
+                             _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+}
+HWY_INLINE __mmask16 LiveKeys(int n) {
+  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max(n, 0)) - 1);
+}
+HWY_INLINE __m512i Broadcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+// Asks for every line of [p, p + bytes) at once: the tiled kernels read a
+// tile's lines out of stream order, and the misses then overlap.
+HWY_INLINE void TouchLines(const uint8_t* p, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+}
+HWY_INLINE uint64_t Mask64(const uint8_t* p) {
+  uint64_t m;
+  std::memcpy(&m, p, 8);
+  return m;
+}
+
+// scores[r][16g + t] = scale · q_r · k_t for G consecutive 16-key groups
+// at `ksrc`: per group-block, integer dots of 16 keys per vector, scaled
+// once per block. Each (group, row) has two dot accumulators (vpdpbusd's
+// latency is ~5 cycles: 4·G·R independent chains keep it busy).
+template <int R, int G, QType T>
+HWY_INLINE void ScoreGroupsTiled(const Q8Query* q, const uint8_t* ksrc, int nb,
+                                 float* const* scores, int j0) {
+  using F = TiledFmt<T>;
+  const __m512i nib = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(16);
+  __m512 acc[G][R];
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < R; ++r) acc[g][r] = _mm512_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* gb[G];
+    for (int g = 0; g < G; ++g) gb[g] = ksrc + (size_t(g) * nb + b) * F::kSize;
+    __m512i dot[G][R][2];
+    for (int r = 0; r < R; ++r) {
+      // Q8_0: codes are +128, so 128 × sum(q) = corr comes off; the
+      // 4/5-bit formats' offset likewise.
+      const __m512i init = _mm512_set1_epi32(-F::kOffset * (q[r].corr[b] >> 7));
+      for (int g = 0; g < G; ++g) {
+        dot[g][r][0] = init;
+        dot[g][r][1] = _mm512_setzero_si512();
+      }
+    }
+    const int8_t* qb[R];
+    for (int r = 0; r < R; ++r) qb[r] = q[r].qs + b * kQK;
+    if constexpr (F::kBytes) {
+      for (int c = 0; c < 8; ++c) {
+        __m512i qv[R];
+        for (int r = 0; r < R; ++r) qv[r] = Broadcast32(qb[r] + 4 * c);
+        for (int g = 0; g < G; ++g) {
+          const __m512i x = _mm512_loadu_si512(gb[g] + F::kCodesOff + 64 * c);
+          for (int r = 0; r < R; ++r)
+            dot[g][r][c & 1] = _mm512_dpbusd_epi32(dot[g][r][c & 1], x, qv[r]);
+        }
+      }
+    } else {
+      for (int i = 0; i < 4; ++i) {
+        __m512i ql[R], qh[R];
+        for (int r = 0; r < R; ++r) {
+          ql[r] = Broadcast32(qb[r] + 4 * i);
+          qh[r] = Broadcast32(qb[r] + 16 + 4 * i);
+        }
+        for (int g = 0; g < G; ++g) {
+          const __m512i x = _mm512_loadu_si512(gb[g] + F::kCodesOff + 64 * i);
+          __m512i lo = _mm512_and_si512(x, nib);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), nib);
+          if constexpr (F::kHigh) {
+            lo = _mm512_mask_add_epi8(lo, Mask64(gb[g] + F::kHighOff + 16 * i), lo, bit4);
+            hi = _mm512_mask_add_epi8(hi, Mask64(gb[g] + F::kHighOff + 16 * i + 8), hi, bit4);
+          }
+          for (int r = 0; r < R; ++r) {
+            dot[g][r][0] = _mm512_dpbusd_epi32(dot[g][r][0], lo, ql[r]);
+            dot[g][r][1] = _mm512_dpbusd_epi32(dot[g][r][1], hi, qh[r]);
+          }
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m512 kd =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb[g])));
+      __m512 km = _mm512_setzero_ps();
+      if constexpr (F::kMin)
+        km = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb[g] + 32)));
+      for (int r = 0; r < R; ++r) {
+        const float dq = q[r].d[b];
+        const __m512i dsum = _mm512_add_epi32(dot[g][r][0], dot[g][r][1]);
+        acc[g][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dsum),
+                                    _mm512_mul_ps(kd, _mm512_set1_ps(dq)), acc[g][r]);
+        if constexpr (F::kMin)
+          acc[g][r] = _mm512_fmadd_ps(km, _mm512_set1_ps(dq * float(q[r].corr[b] >> 7)),
+                                      acc[g][r]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(scores[r] + j0 + 16 * g, acc[g][r]);
+}
+
+// scores[r][j] = scale · q_r · k_j for the keys of whole 16-key groups
+// covering [0, n) of a tile at `ksrc` (a group boundary), two groups at a
+// time.
+template <int R, QType T>
+HWY_NOINLINE void ScoreRowsTiled(const Q8Query* q, const uint8_t* ksrc, int n, int dk,
+                                 float* const* scores, const Prefetch& pf) {
+  const int nb = dk / kQK;
+  const size_t group_bytes = size_t(nb) * TiledFmt<T>::kSize;
+  TouchLines(ksrc, group_bytes * size_t((n + 15) / 16));
+  int j = 0;
+  for (; j + 16 < n; j += 32) {
+    PrefetchQ8(pf, j, 32);
+    ScoreGroupsTiled<R, 2, T>(q, ksrc + (j / 16) * group_bytes, nb, scores, j);
+  }
+  if (j < n) {
+    PrefetchQ8(pf, j, 16);
+    ScoreGroupsTiled<R, 1, T>(q, ksrc + (j / 16) * group_bytes, nb, scores, j);
+  }
+}
+
+// o_r += sum_j p_r[j] v_j for j < n, V tiled: per row and block the weights
+// w_j = p_r[j] · d_j are quantized to 15-bit integers W_j (against the bound
+// max_j p_r[j] × max_j |d_j|, as VScales) and split into two int8 halves,
+// W = 256·hi + lo, so vpdpbusd multiplies four keys' u8 codes by their
+// weights per 32-bit lane: 64 multiply-adds per instruction, two
+// instructions per weight, the same as vpdpwssd's 32 but with no widening of
+// the codes. Both sums are exact in int32 (32 keys × 255 × 128 × 256 < 2^31).
+// p is 0 past each row's visible keys; d and m past n are masked to 0.
+// `work`: 2 × R × kTile bytes.
+template <int R, QType T>
+HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* vsrc, int n, int dv,
+                                      float* const* o, float* work) {
+  using F = TiledFmt<T>;
+  const int nb = dv / kQK;
+  const int n_groups = (n + 15) / 16;
+  TouchLines(vsrc, size_t(n_groups) * nb * F::kSize);
+  const __mmask16 live[2] = {LiveKeys(n), LiveKeys(n - 16)};
+  auto* wbytes = reinterpret_cast<int8_t*>(work);  // [R][hi, lo][kTile]
+  const __m512i nib512 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(16);
+  float pmax[R];
+  __m512 pv[R][2];
+  for (int r = 0; r < R; ++r) {
+    pv[r][0] = _mm512_loadu_ps(p[r]);
+    pv[r][1] = _mm512_loadu_ps(p[r] + 16);
+    pmax[r] = _mm512_reduce_max_ps(_mm512_max_ps(pv[r][0], pv[r][1]));
+  }
+  for (int b = 0; b < nb; ++b) {
+    __m512 d[2], m[2];
+    float dmax = 0.0f;
+    for (int g = 0; g < n_groups; ++g) {
+      const uint8_t* gb = vsrc + (size_t(g) * nb + b) * F::kSize;
+      d[g] = Half16(gb, live[g]);
+      if constexpr (F::kMin) m[g] = Half16(gb + 32, live[g]);
+      dmax = std::max(dmax, _mm512_reduce_max_ps(_mm512_abs_ps(d[g])));
+    }
+    float step[R], add[R];
+    for (int r = 0; r < R; ++r) {
+      const float bound = pmax[r] * dmax;
+      const float inv = bound > 1e-30f ? 32639.0f / bound : 0.0f;
+      step[r] = inv > 0.0f ? bound * (1.0f / 32639.0f) : 0.0f;
+      __m512i wsum = _mm512_setzero_si512();
+      float min_term = 0.0f;
+      for (int g = 0; g < 2; ++g) {
+        __m512i w = _mm512_setzero_si512();
+        if (g < n_groups) {
+          w = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv[r][g], d[g]), _mm512_set1_ps(inv)));
+          if constexpr (F::kMin)
+            min_term += _mm512_reduce_add_ps(_mm512_mul_ps(pv[r][g], m[g]));
+        }
+        wsum = _mm512_add_epi32(wsum, w);
+        const __m512i hi = _mm512_srai_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(128)), 8);
+        const __m512i lo = _mm512_sub_epi32(w, _mm512_slli_epi32(hi, 8));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(wbytes + (2 * r) * kTile + 16 * g),
+                         _mm512_cvtepi32_epi8(hi));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(wbytes + (2 * r + 1) * kTile + 16 * g),
+                         _mm512_cvtepi32_epi8(lo));
+      }
+      add[r] = min_term;
+      if constexpr (F::kOffset != 0)
+        add[r] -= float(F::kOffset) * step[r] * float(_mm512_reduce_add_epi32(wsum));
+    }
+    // acc[r][h][0]: codes × hi, acc[r][h][1]: codes × lo, elements 16h + lane.
+    __m512i acc[R][2][2];
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < 2; ++h) acc[r][h][0] = acc[r][h][1] = _mm512_setzero_si512();
+    for (int s = 0; s < 4 * n_groups; ++s) {
+      const uint8_t* gb = vsrc + (size_t(s / 4) * nb + b) * F::kSize;
+      const int ss = s % 4;
+      __m512i x0, x1;
+      if constexpr (F::kBytes) {
+        x0 = _mm512_loadu_si512(gb + F::kCodesOff + 128 * ss);
+        x1 = _mm512_loadu_si512(gb + F::kCodesOff + 128 * ss + 64);
+      } else {
+        const __m512i x = _mm512_loadu_si512(gb + F::kCodesOff + 64 * ss);
+        x0 = _mm512_and_si512(x, nib512);
+        x1 = _mm512_and_si512(_mm512_srli_epi16(x, 4), nib512);
+        if constexpr (F::kHigh) {
+          x0 = _mm512_mask_add_epi8(x0, Mask64(gb + F::kHighOff + 16 * ss), x0, bit4);
+          x1 = _mm512_mask_add_epi8(x1, Mask64(gb + F::kHighOff + 16 * ss + 8), x1, bit4);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512i wh = Broadcast32(wbytes + (2 * r) * kTile + 4 * s);
+        const __m512i wl = Broadcast32(wbytes + (2 * r + 1) * kTile + 4 * s);
+        acc[r][0][0] = _mm512_dpbusd_epi32(acc[r][0][0], x0, wh);
+        acc[r][0][1] = _mm512_dpbusd_epi32(acc[r][0][1], x0, wl);
+        acc[r][1][0] = _mm512_dpbusd_epi32(acc[r][1][0], x1, wh);
+        acc[r][1][1] = _mm512_dpbusd_epi32(acc[r][1][1], x1, wl);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 st = _mm512_set1_ps(step[r]), ad = _mm512_set1_ps(add[r]);
+      for (int h = 0; h < 2; ++h) {
+        const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(acc[r][h][0], 8), acc[r][h][1]);
+        float* dst = o[r] + b * kQK + 16 * h;
+        _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(dst),
+                                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), st, ad)));
+      }
+    }
+  }
+}
+
+#pragma GCC pop_options
