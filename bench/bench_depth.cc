@@ -40,6 +40,7 @@ struct Args {
   int64_t n_prompt = 512, n_gen = 64;
   int reps = 3, threads = 0;
   bool random_fill = false;
+  std::vector<bool> tiled = {true};  // --layout: page layouts of the block formats
 };
 
 [[noreturn]] void die(const std::string& m) {
@@ -84,11 +85,19 @@ Args parse(int argc, char** argv) {
       const std::string v = val();
       if (v != "real" && v != "random") die("--fill must be real or random, got '" + v + "'");
       a.random_fill = v == "random";
+    } else if (f == "--layout") {
+      const std::string v = val();
+      if (v == "tiled") a.tiled = {true};
+      else if (v == "rows") a.tiled = {false};
+      else if (v == "both") a.tiled = {false, true};
+      else die("--layout must be tiled, rows or both, got '" + v + "'");
     } else if (f == "-h" || f == "--help") {
       std::printf(
           "bench_depth -m MODEL [-d 0,4096,...] [-ctk f16,q8_0,q4_0:f16,...] [-p 512] [-n 64]\n"
-          "            [-r 3] [-t THREADS] [--fill real|random]\n"
-          "  -ctk entries are K formats (V the same) or K:V pairs.\n");
+          "            [-r 3] [-t THREADS] [--fill real|random] [--layout tiled|rows|both]\n"
+          "  -ctk entries are K formats (V the same) or K:V pairs.\n"
+          "  --layout: page layout of the 32-element block formats (kv/tiled.h); both\n"
+          "            runs each format row by row, then tiled.\n");
       std::exit(0);
     } else die("unknown flag '" + f + "' (see --help)");
   }
@@ -130,13 +139,20 @@ int main(int argc, char** argv) {
   std::printf("model %s, %d threads, fill %s, pp %lld tokens, tg %lld tokens, %d reps\n\n",
               a.model.c_str(), pool.size(), a.random_fill ? "random K/V" : "real (model run)",
               (long long)a.n_prompt, (long long)a.n_gen, a.reps);
-  std::printf("| K | V | depth | pp t/s (median, min..max) | tg t/s (median, min..max) | KV MiB |\n");
-  std::printf("|---|---|---:|---:|---:|---:|\n");
-  for (const std::string& spec : a.kv) {
+  std::printf(
+      "| K | V | layout | depth | pp t/s (median, min..max) | tg t/s (median, min..max) | KV MiB "
+      "|\n");
+  std::printf("|---|---|---|---:|---:|---:|---:|\n");
+  for (const std::string& spec : a.kv)
+  for (const bool tiled : a.tiled) {
     const auto colon = spec.find(':');
     const QType kt = kv_type(spec.substr(0, colon));
     const QType vt = kv_type(colon == std::string::npos ? spec.substr(0, colon) : spec.substr(colon + 1));
-    const kv::KvGeometry g = m.kv_geometry(kt, vt);
+    kv::KvGeometry g = m.kv_geometry(kt, vt);
+    g.tiled = tiled;
+    if (!tiled && a.tiled.size() > 1 && !g.k_tiled() && !g.v_tiled() &&
+        !kv::tileable(kt) && !kv::tileable(vt))
+      continue;  // --layout both: a format without a tiled layout runs once
     auto cache = kv::KvCache::create(g, max_depth + std::max(a.n_prompt, a.n_gen) + 1);
     if (!cache) die(cache.status().message());
     for (int64_t depth : a.depths) {
@@ -195,8 +211,9 @@ int main(int argc, char** argv) {
       const Stat sp = a.n_prompt > 0 ? stat(pp) : Stat{}, st = stat(tg);
       char pps[64] = "-";
       if (a.n_prompt > 0) std::snprintf(pps, sizeof pps, "%.1f (%.1f..%.1f)", sp.median, sp.lo, sp.hi);
-      std::printf("| %s | %s | %lld | %s | %.2f (%.2f..%.2f) | %.1f |\n",
-                  std::string(qtype_name(kt)).c_str(), std::string(qtype_name(vt)).c_str(),
+      const char* layout = g.k_tiled() || g.v_tiled() ? "tiled" : "rows";
+      std::printf("| %s | %s | %s | %lld | %s | %.2f (%.2f..%.2f) | %.1f |\n",
+                  std::string(qtype_name(kt)).c_str(), std::string(qtype_name(vt)).c_str(), layout,
                   (long long)depth, pps, st.median, st.lo, st.hi,
                   double(g.bytes_per_token()) * double(depth) / (1 << 20));
       std::fflush(stdout);

@@ -188,6 +188,7 @@ json kv_conditions(const engine::Engine& e) {
   return {{"k_type", std::string(qtype_name(ec.k_type))},
           {"v_type", std::string(qtype_name(ec.v_type))},
           {"page_tokens", ec.page_tokens},
+          {"kv_layout", ec.kv_tiled ? "tiled" : "rows"},
           {"bytes_per_token", g.bytes_per_token()},
           {"pool_bytes", e.kv_bytes()},
           {"pool_tokens", e.kv_capacity_tokens()}};

@@ -124,10 +124,11 @@ Status kl_phase(const QualityOptions& opt, const std::vector<QualityConfig>& row
     for (size_t t = 0; t < test_rows.size(); ++t) {
       const QualityConfig& o = rows[test_rows[t]];
       if (o.model == r.model && o.ctk == r.ctk && o.ctv == r.ctv && o.batch == r.batch &&
-          o.threads == r.threads) {
+          o.threads == r.threads && o.kv_tiled == r.kv_tiled) {
         out[i] = {{"skipped", fmt::format("computes what row {} ({}) computes: same model, KV "
-                                          "formats, batch and threads (the KL pass has no prefix "
-                                          "cache), so it would repeat that row's pass",
+                                          "formats and layout, batch and threads (the KL pass "
+                                          "has no prefix cache), so it would repeat that row's "
+                                          "pass",
                                           test_rows[t], o.name)},
                   {"same_as_row", test_rows[t]}};
         same = true;
@@ -147,10 +148,10 @@ Status kl_phase(const QualityOptions& opt, const std::vector<QualityConfig>& row
   }
 
   eval::KlRunSpec spec;
-  spec.base = {base.model, base.ctk, base.ctv, 1, base.threads, base.batch};
+  spec.base = {base.model, base.ctk, base.ctv, 1, base.threads, base.batch, base.kv_tiled};
   for (size_t r : test_rows) {
     const QualityConfig& q = rows[r];
-    spec.tests.push_back({q.model, q.ctk, q.ctv, 1, q.threads, q.batch});
+    spec.tests.push_back({q.model, q.ctk, q.ctv, 1, q.threads, q.batch, q.kv_tiled});
     spec.test_labels.push_back(q.name);
   }
   spec.base_label = base.name;
@@ -255,19 +256,26 @@ Status needle_phase(const QualityOptions& opt, const std::vector<QualityConfig>&
   gen.seed = opt.seed;
   SUSTAIN_ASSIGN_OR_RETURN(const auto cases, eval::generate_needle_cases(gen));
 
-  std::vector<std::pair<std::string, std::string>> pairs;
+  // The distinct KV configurations: formats and page layout.
+  struct KvKey {
+    std::string k, v;
+    bool tiled;
+    bool operator==(const KvKey& o) const { return k == o.k && v == o.v && tiled == o.tiled; }
+    std::string label() const { return k + "/" + v + (tiled ? "" : " rows"); }
+  };
+  std::vector<KvKey> pairs;
   std::vector<int> pair_of(rows.size(), -1);
   for (size_t i = 0; i < rows.size(); ++i) {
-    const std::pair<std::string, std::string> kv{rows[i].ctk, rows[i].ctv};
+    const KvKey kv{rows[i].ctk, rows[i].ctv, rows[i].kv_tiled};
     if (i > 0 && kv == pairs[0]) continue;  // the baseline's formats: its own result
     auto it = std::find(pairs.begin(), pairs.end(), kv);
     pair_of[i] = static_cast<int>(it - pairs.begin());
     if (it == pairs.end()) pairs.push_back(kv);
   }
   std::vector<std::unique_ptr<eval::ModelRunner>> runners;
-  for (const auto& [k, v] : pairs) {
-    SUSTAIN_ASSIGN_OR_RETURN(
-        auto r, eval::ModelRunner::open({file.path, k, v, opt.ctx.back(), opt.threads, kChunk}));
+  for (const KvKey& kv : pairs) {
+    SUSTAIN_ASSIGN_OR_RETURN(auto r, eval::ModelRunner::open({file.path, kv.k, kv.v, opt.ctx.back(),
+                                                              opt.threads, kChunk, kv.tiled}));
     runners.push_back(std::move(r));
   }
   const size_t per_level = kDepths.size() * static_cast<size_t>(opt.needle_trials);
@@ -319,8 +327,7 @@ Status needle_phase(const QualityOptions& opt, const std::vector<QualityConfig>&
         runners[p]->reset();
         Status st = runners[p]->feed(c.ids.data(), c.ctx, false, &logits);
         if (!st)
-          return st.with_context(fmt::format("needle case {} with K {} / V {}", c.tag,
-                                             pairs[p].first, pairs[p].second));
+          return st.with_context(fmt::format("needle case {} with KV {}", c.tag, pairs[p].label()));
         const eval::NeedleResult res = eval::score_needle(c, logits.data(), runners[p]->n_vocab());
         level_s += since(t0);
         ++level_cases;
@@ -329,8 +336,8 @@ Status needle_phase(const QualityOptions& opt, const std::vector<QualityConfig>&
         ++cell.total;
         cell.min_margin = std::min(cell.min_margin, res.logit_margin);
         bar.update(static_cast<double>(level_cases) / n_level,
-                   fmt::format("{} {}/{}: case {}/{}", ctx_label(C), pairs[p].first,
-                               pairs[p].second, level_cases, static_cast<int64_t>(n_level)));
+                   fmt::format("{} {}: case {}/{}", ctx_label(C), pairs[p].label(), level_cases,
+                               static_cast<int64_t>(n_level)));
       }
     }
     if (!stop_note.empty()) break;
@@ -359,8 +366,7 @@ Status needle_phase(const QualityOptions& opt, const std::vector<QualityConfig>&
       correct += c.correct;
       total += c.total;
     }
-    out[i]["needle"] = {{"kv", pairs[static_cast<size_t>(pair_of[i])].first + "/" +
-                                   pairs[static_cast<size_t>(pair_of[i])].second},
+    out[i]["needle"] = {{"kv", pairs[static_cast<size_t>(pair_of[i])].label()},
                         {"cells", arr},
                         {"correct", correct},
                         {"total", total}};

@@ -26,6 +26,7 @@ struct QualityConfig {
   std::string ctk, ctv;  // KV formats, -ctk spellings
   int64_t batch = 512;   // tokens per forward call (the engine's ubatch)
   int threads = 1;
+  bool kv_tiled = true;  // KV page layout (engine::EngineConfig::kv_tiled)
 };
 
 struct QualityOptions {

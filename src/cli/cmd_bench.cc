@@ -55,6 +55,7 @@ struct BenchArgs {
   int reps = 3;
   int threads = 0;
   std::string cache_type_k = "f16", cache_type_v = "f16";
+  std::string kv_layout = "tiled";
   int64_t batch = 512, ubatch = 512;
   std::string out;
   std::string prefill;
@@ -415,8 +416,8 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos)
       return error(Code::kInvalidArgument,
-                   "--ablate '{}': '{}' is not key=value (keys: ctk, ctv, kv, prefix, batch, "
-                   "ubatch, threads, model)",
+                   "--ablate '{}': '{}' is not key=value (keys: ctk, ctv, kv, layout, prefix, "
+                   "batch, ubatch, threads, model)",
                    spec, kv);
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     any = true;
@@ -424,6 +425,12 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
       SUSTAIN_ASSIGN_OR_RETURN(QType t, kv_format(v, "--ablate"));
       if (k != "ctv") row.cfg.k_type = t;
       if (k != "ctk") row.cfg.v_type = t;
+    } else if (k == "layout") {
+      if (v != "tiled" && v != "rows")
+        return error(Code::kInvalidArgument,
+                     "--ablate '{}': layout must be tiled or rows (KV page layout), got '{}'",
+                     spec, v);
+      row.cfg.kv_tiled = v == "tiled";
     } else if (k == "prefix") {
       if (v != "on" && v != "off")
         return error(Code::kInvalidArgument, "--ablate '{}': prefix must be on or off, got '{}'",
@@ -444,8 +451,8 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
       row.cfg.model_path = v;
     } else {
       return error(Code::kInvalidArgument,
-                   "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, prefix, batch, ubatch, "
-                   "threads, model)",
+                   "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
+                   "ubatch, threads, model)",
                    spec, k);
     }
   }
@@ -557,6 +564,7 @@ int run_in_process(BenchArgs a) {
   cfg.n_threads = threads;
   cfg.k_type = *kt;
   cfg.v_type = *vt;
+  cfg.kv_tiled = a.kv_layout == "tiled";
   cfg.page_tokens = kPage;
   cfg.batch_tokens = a.batch;
   cfg.ubatch_tokens = a.ubatch;
@@ -772,7 +780,7 @@ int run_in_process(BenchArgs a) {
         const engine::EngineConfig& c = plan[i].second.cfg;
         qrows.push_back({i == 0 ? "baseline" : plan[i].second.name, c.model_path,
                          kv_spelling(c.k_type), kv_spelling(c.v_type),
-                         std::min(c.batch_tokens, c.ubatch_tokens), c.n_threads});
+                         std::min(c.batch_tokens, c.ubatch_tokens), c.n_threads, c.kv_tiled});
       }
       auto q = measure_quality(qopt, qrows);
       if (q) {
@@ -833,6 +841,11 @@ Runner add_bench(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--cache-type-v", a->cache_type_v, "V cache format (alias -ctv)")
       ->capture_default_str();
+  sub->add_option("--kv-layout", a->kv_layout,
+                  "page layout of q8_0/q4_0/q4_1/q5_0/q5_1 KV: tiled (16 keys per vector) or "
+                  "rows (one token after another); --ablate layout=... switches it per row")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiled", "rows"}));
   sub->add_option("-b,--batch-size", a->batch, "tokens per engine step")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(65536)));
@@ -862,7 +875,8 @@ Runner add_bench(CLI::App& app) {
   sub->add_flag("--no-concurrency", a->no_concurrency, "skip the concurrency ladder");
   sub->add_option("--ablate", a->ablate,
                   "ablation row switching one thing on top of the row above, key=value[,...] "
-                  "with keys ctk, ctv, kv, prefix, batch, ubatch, threads, model (repeatable)");
+                  "with keys ctk, ctv, kv, layout (tiled|rows), prefix, batch, ubatch, threads, model "
+                  "(repeatable)");
   sub->add_option("--ablate-file", a->ablate_file, "ablation rows, one per line (# comments)");
   sub->add_option("--budget", a->budget,
                   "seconds the context ladder may take; later rungs projected past it are "

@@ -32,6 +32,7 @@ struct ServeArgs {
   std::string alias;
   int64_t kv_tokens = 0;
   int page_tokens = 32;
+  std::string kv_layout = "tiled";
   bool no_prefix_cache = false;
   bool deterministic = false;
   int max_n = 8;
@@ -55,6 +56,7 @@ int run_serve(const ServeArgs& a) {
   if (!budget) return fail(budget.status().message());
   ec.kv_budget_bytes = *budget;
   ec.page_tokens = a.page_tokens;
+  ec.kv_tiled = a.kv_layout == "tiled";
   ec.batch_tokens = a.m.batch;
   ec.ubatch_tokens = a.m.ubatch;
   ec.prefix_cache = !a.no_prefix_cache;
@@ -165,6 +167,11 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--page-tokens", a->page_tokens, "tokens per KV page")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  sub->add_option("--kv-layout", a->kv_layout,
+                  "page layout of q8_0/q4_0/q4_1/q5_0/q5_1 KV: tiled (16 keys per vector) or "
+                  "rows (one token after another)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiled", "rows"}));
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "do not share prompt prefixes");
   sub->add_flag("--deterministic", a->deterministic,
                 "batch-independent results: at temperature 0 a request's text does not depend "

@@ -47,6 +47,9 @@ struct EngineConfig {
   QType k_type = QType::F16;
   QType v_type = QType::F16;
   int page_tokens = 32;
+  // Store the 32-element block formats (q8_0, q4_0, q4_1, q5_0, q5_1) in the
+  // tiled page layout (kv/tiled.h) that attention reads 16 keys per vector.
+  bool kv_tiled = true;
   int64_t batch_tokens = 512;   // tokens per step (decode + prefill chunks), llama.cpp's -b
   int64_t ubatch_tokens = 512;  // tokens computed at once (workspace size), llama.cpp's -ub
   bool prefix_cache = true;     // share page-aligned prompt prefixes between requests

@@ -21,7 +21,9 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& op
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   r->opt_ = opt;
   SUSTAIN_ASSIGN_OR_RETURN(r->model_, Model::load(opt.model));
-  auto cache = kv::KvCache::create(r->model_->kv_geometry(kt, vt), opt.ctx);
+  kv::KvGeometry g = r->model_->kv_geometry(kt, vt);
+  g.tiled = opt.kv_tiled;
+  auto cache = kv::KvCache::create(g, opt.ctx);
   if (!cache)
     return cache.status().with_context(fmt::format("{} with K {} / V {}", opt.model, opt.cache_k, opt.cache_v));
   r->cache_ = std::make_unique<kv::KvCache>(std::move(*cache));

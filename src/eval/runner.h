@@ -22,6 +22,7 @@ struct RunnerOptions {
   int64_t ctx = 4096;            // KV capacity in tokens
   int threads = 1;
   int64_t batch = 512;           // tokens per forward call (and workspace size)
+  bool kv_tiled = true;          // tiled page layout for the block formats (kv/tiled.h)
 };
 
 // "f16", "q4_0", ... (llama.cpp's -ctk spellings; "fp8" is E4M3). Errors name `flag`.

@@ -48,7 +48,7 @@ TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
   auto r = run_cli("bench -m " + tiny_model() +
                    " --ctx 64,128 -n 4 -r 2 -t 2 --concurrency 1,2 --conc-prompt 32 "
                    "--poisson-requests 2 --prefill 100 --bw-mib 64 --bw-reps 2 "
-                   "--ablate kv=q8_0 --quality off -o " +
+                   "--ablate kv=q8_0 --ablate layout=rows --quality off -o " +
                    dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(dir + "/report.json"), std::string::npos) << r.out;
@@ -116,9 +116,13 @@ TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
   EXPECT_EQ(lv[1]["output_tokens"], 16);
   EXPECT_EQ(lv[1]["samples"].size(), 4u);
   EXPECT_EQ(lv[2]["mode"], "poisson");
-  // Ablation: baseline and the switch, with its delta.
-  ASSERT_EQ(j["ablation"]["rows"].size(), 2u);
+  // Ablation: baseline and the switches, with their deltas: q8_0 KV tiled,
+  // then the same row by row.
+  ASSERT_EQ(j["ablation"]["rows"].size(), 3u);
   EXPECT_EQ(j["ablation"]["rows"][1]["kv"]["k_type"], "Q8_0");
+  EXPECT_EQ(j["ablation"]["rows"][1]["kv"]["kv_layout"], "tiled");
+  EXPECT_EQ(j["ablation"]["rows"][2]["kv"]["k_type"], "Q8_0");
+  EXPECT_EQ(j["ablation"]["rows"][2]["kv"]["kv_layout"], "rows");
   EXPECT_TRUE(j["ablation"]["rows"][1]["ladder"][0]["delta_pct"].is_number());
   // --quality off: nothing measured, and the report says so.
   for (const auto& row : j["ablation"]["rows"]) {
@@ -237,6 +241,8 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"-m " + tiny_model() + " --ctx 64 -ctk q9_9", "q9_9"},
       {"-m " + tiny_model() + " --ctx 64 --concurrency 0", "--concurrency"},
       {"-m " + tiny_model() + " --ctx 64 --ablate colour=blue", "colour"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate layout=diagonal", "layout must be tiled or rows"},
+      {"-m " + tiny_model() + " --ctx 64 --kv-layout diagonal", "--kv-layout"},
       {"-m " + tiny_model() + " --ctx 64 -n 1", "-n 1"},
       {"-m " + tmp_path("no_such_model.gguf") + " --ctx 64", "no_such_model.gguf"},
       {"--preset no-such --ctx 64", "no-such"},
