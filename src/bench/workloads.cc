@@ -29,7 +29,7 @@ int64_t matrix_bytes(const kernels::WeightView& w) {
 struct OneRun {
   RequestTiming timing;
   engine::Usage usage;
-  int64_t pool_pages_used = -1;  // KV pool pages in use (sequences + prefix cache), mid-decode
+  int64_t pool_pages_used = -1;  // KV pages the request's sequence held at its end
 };
 
 Expected<OneRun> run_one(engine::Engine& e, std::vector<int32_t> prompt, int32_t max_tokens,
@@ -47,13 +47,14 @@ Expected<OneRun> run_one(engine::Engine& e, std::vector<int32_t> prompt, int32_t
     std::optional<engine::Event> ev = stream.next(std::chrono::milliseconds(600000));
     if (!ev) return error(Code::kInternal, "bench: no event from the engine for 600 s");
     for (const auto& t : ev->tokens) out.timing.token_times.push_back(seconds_between(origin, t.t));
-    if (sample_kv && out.pool_pages_used < 0 && out.timing.token_times.size() >= 2)
-      out.pool_pages_used = e.stats().kv_pages_used;
     if (ev->done) {
       if (ev->finish == engine::Finish::kError) return ev->error;
       if (ev->finish == engine::Finish::kCancelled)
         return error(Code::kInternal, "bench: the engine cancelled a request");
       out.usage = ev->usage;
+      // From the engine, not sampled from its stats mid-decode: a fast
+      // request may be done (its pages cached, not used) before a sample.
+      if (sample_kv) out.pool_pages_used = ev->usage.kv_pages;
       break;
     }
   }

@@ -98,6 +98,7 @@ struct Usage {
   int64_t cached_prompt_tokens = 0;   // prompt tokens served from the prefix cache
   int64_t completion_tokens = 0;      // tokens emitted to the client
   int32_t preemptions = 0;            // times this request was preempted and recomputed
+  int32_t kv_pages = 0;               // KV pages its sequence held at the end (shared ones too)
 };
 
 struct Event {

@@ -138,8 +138,10 @@ void Scheduler::drain_inbox() {
 
 void Scheduler::finish(Seq& s, Finish f, Status err) {
   if (prefix && f != Finish::kError) prefix->insert(s.table, s.tokens, s.n_computed);
+  const auto pages_held = static_cast<int32_t>(s.table.pages.size());
   cache->release(s.table);
   Event e;
+  e.usage.kv_pages = pages_held;
   e.done = true;
   e.finish = f;
   e.error = std::move(err);
