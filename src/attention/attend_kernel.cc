@@ -533,7 +533,9 @@ HWY_INLINE void SoftmaxRow(D d, float* s, float& m, float& l, float* o, int dv) 
     vsum = hn::Add(vsum, e);
     hn::StoreU(e, dt, s + j);
   }
-  const float corr = std::exp(m - m_new);  // 0 on the first visible tile (m = -inf)
+  // 0 on the first visible tile (m = -inf); 1 without a call to exp when the
+  // maximum stays (most tiles of a long context).
+  const float corr = m_new == m ? 1.0f : std::exp(m - m_new);
   l = l * corr + hn::GetLane(hn::SumOfLanes(dt, vsum));
   m = m_new;
   if (corr != 1.0f) {

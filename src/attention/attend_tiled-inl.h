@@ -181,13 +181,14 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* vsrc
   }
   for (int b = 0; b < nb; ++b) {
     __m512 d[2], m[2];
-    float dmax = 0.0f;
+    __m512 dabs = _mm512_setzero_ps();
     for (int g = 0; g < n_groups; ++g) {
       const uint8_t* gb = vsrc + (size_t(g) * nb + b) * F::kSize;
       d[g] = Half16(gb, live[g]);
       if constexpr (F::kMin) m[g] = Half16(gb + 32, live[g]);
-      dmax = std::max(dmax, _mm512_reduce_max_ps(_mm512_abs_ps(d[g])));
+      dabs = _mm512_max_ps(dabs, _mm512_abs_ps(d[g]));
     }
+    const float dmax = _mm512_reduce_max_ps(dabs);
     float step[R], add[R];
     for (int r = 0; r < R; ++r) {
       const float bound = pmax[r] * dmax;
