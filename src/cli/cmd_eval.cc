@@ -94,6 +94,7 @@ struct NeedleArgs {
   int phrasings = 0, distractors = 0, gen_tokens = 12;  // text cases
   std::string ctk = "f16", ctv = "f16";
   bool kv_grid = false;
+  std::string kv_layout = "tiled";
   int threads = 0;
   int64_t batch = 512;
   bool json = false, per_case = false;
@@ -238,6 +239,7 @@ int run_needle(const NeedleArgs& a) {
     o.ctx = max_ctx + (text ? a.gen_tokens - 1 : 0);  // the last generated token is not fed
     o.threads = threads;
     o.batch = a.batch;
+    o.kv_tiled = a.kv_layout == "tiled";
     auto r = ModelRunner::open(o);
     if (!r) return fail(r.status().message());
     eval::NeedleRun run;
@@ -333,6 +335,10 @@ void add_needle(CLI::App* ev, std::vector<std::pair<CLI::App*, Runner>>& subs) {
   sub->add_option("--cache-type-v", a->ctv, "V cache formats (alias -ctv), comma-separated")
       ->capture_default_str();
   sub->add_flag("--kv-grid", a->kv_grid, "run every (K, V) pair of the two lists");
+  sub->add_option("--kv-layout", a->kv_layout,
+                  "KV page layout of the block formats: tiled (16 keys per vector) or rows")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiled", "rows"}));
   sub->add_option("-t,--threads", a->threads, "worker threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
   sub->add_option("-b,--batch-size", a->batch, "prompt tokens per forward call")
@@ -355,6 +361,7 @@ struct KlArgs {
   std::string base_ctk = "f16", base_ctv = "f16";
   std::string ctk = "f16", ctv = "f16";
   bool kv_grid = false;
+  std::string kv_layout = "tiled", base_kv_layout = "tiled";
   std::string text_file, tokens_file, synthetic;
   uint64_t seed = 1;
   int64_t ctx = 4096;
@@ -457,8 +464,9 @@ int run_kl(const KlArgs& a) {
     spec.base.cache_v = a.base_ctv;
     spec.base.threads = threads;
     spec.base.batch = a.batch;
-    spec.base_label = fmt::format("{}{}/{}", a.base_model.empty() ? "" : base_model + " ",
-                                  a.base_ctk, a.base_ctv);
+    spec.base.kv_tiled = a.base_kv_layout == "tiled";
+    spec.base_label = fmt::format("{}{}/{}{}", a.base_model.empty() ? "" : base_model + " ",
+                                  a.base_ctk, a.base_ctv, spec.base.kv_tiled ? "" : " rows");
   }
   const int64_t n = static_cast<int64_t>(spec.tokens.size());
   for (const auto& [k, v] : *cfgs) {
@@ -468,9 +476,10 @@ int run_kl(const KlArgs& a) {
     o.cache_v = v;
     o.threads = threads;
     o.batch = a.batch;
+    o.kv_tiled = a.kv_layout == "tiled";
     spec.tests.push_back(o);
-    spec.test_labels.push_back(
-        fmt::format("{}{}/{}", a.base_model.empty() ? "" : a.model + " ", k, v));
+    spec.test_labels.push_back(fmt::format("{}{}/{}{}", a.base_model.empty() ? "" : a.model + " ",
+                                           k, v, o.kv_tiled ? "" : " rows"));
   }
   spec.edges = *edges;
   spec.chunk = a.batch;
@@ -523,6 +532,15 @@ void add_kl(CLI::App* ev, std::vector<std::pair<CLI::App*, Runner>>& subs) {
   sub->add_option("--cache-type-v", a->ctv, "test V cache formats (alias -ctv), comma-separated")
       ->capture_default_str();
   sub->add_flag("--kv-grid", a->kv_grid, "run every (K, V) pair of the two lists");
+  sub->add_option("--kv-layout", a->kv_layout,
+                  "test KV page layout of the block formats: tiled (16 keys per vector) or rows")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiled", "rows"}));
+  sub->add_option("--base-kv-layout", a->base_kv_layout,
+                  "baseline KV page layout (with --base-ctk/--base-ctv q4_0 and --kv-layout "
+                  "tiled: the layout's own cost)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiled", "rows"}));
   sub->add_option("-f,--file", a->text_file, "text to evaluate (tokenized with BOS)");
   sub->add_option("--tokens", a->tokens_file, "token ids to evaluate (whitespace-separated)");
   sub->add_option("--synthetic", a->synthetic,

@@ -97,6 +97,29 @@ TEST(EvalCli, KlSavedBaselineMatchesRecomputed) {
   EXPECT_DOUBLE_EQ(double(all["ppl_ratio"]), 1.0);
 }
 
+// The tiled and row-by-row page layouts of one KV format, one as the
+// baseline and one as the test: the layout's own cost, which is the two
+// integer kernels' rounding, small; and a bad layout is named.
+TEST(EvalCli, KlOfTheKvLayout) {
+  const std::string m = retriever("dense");
+  const CliResult r = run_cli("eval kl -m " + m +
+                              " --synthetic random -c 300 --buckets 150 -ctk q4_0 -ctv q4_0 "
+                              "--base-ctk q4_0 --base-ctv q4_0 --base-kv-layout rows -t 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j.dump().find("q4_0/q4_0 rows"), std::string::npos) << j.dump();
+  const auto all = j["runs"][0]["buckets"].back();
+  EXPECT_EQ(all["n"], 300);
+  // Not 0: the layout switch reaches the kernels (identical configurations
+  // give exactly 0, KlSavedBaselineMatchesRecomputed).
+  EXPECT_GT(double(all["kl"]["mean"]), 0.0) << all;
+  EXPECT_LT(double(all["kl"]["mean"]), 1e-3) << all;
+  EXPECT_GT(double(all["same_top1"]), 0.9) << all;
+  const CliResult bad = run_cli("eval kl -m " + m + " --synthetic random -c 64 --kv-layout diagonal");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--kv-layout"), std::string::npos) << bad.err;
+}
+
 TEST(EvalCli, KlNeedsExactlyOneInput) {
   const std::string m = retriever("default");
   const CliResult r = run_cli("eval kl -m " + m + " -c 64");
