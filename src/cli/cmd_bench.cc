@@ -30,6 +30,7 @@
 #include "bench/workloads.h"
 #include "cli/bench_quality.h"
 #include "cli/commands.h"
+#include "cli/model_session.h"
 #include "cli/plan_input.h"
 #include "cli/progress.h"
 #include "plan/plan.h"
@@ -564,7 +565,7 @@ int run_in_process(BenchArgs a) {
   cfg.n_threads = threads;
   cfg.k_type = *kt;
   cfg.v_type = *vt;
-  cfg.kv_tiled = a.kv_layout == "tiled";
+  cfg.kv_tiled = kv_tiled(a.kv_layout);
   cfg.page_tokens = kPage;
   cfg.batch_tokens = a.batch;
   cfg.ubatch_tokens = a.ubatch;
@@ -841,11 +842,7 @@ Runner add_bench(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--cache-type-v", a->cache_type_v, "V cache format (alias -ctv)")
       ->capture_default_str();
-  sub->add_option("--kv-layout", a->kv_layout,
-                  "page layout of q8_0/q4_0/q4_1/q5_0/q5_1 KV: tiled (16 keys per vector) or "
-                  "rows (one token after another); --ablate layout=... switches it per row")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"tiled", "rows"}));
+  add_kv_layout_flag(sub, a->kv_layout, "--kv-layout");
   sub->add_option("-b,--batch-size", a->batch, "tokens per engine step")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(65536)));

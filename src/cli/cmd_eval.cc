@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/model_session.h"
 #include "cli/file_io.h"
 #include "eval/baseline.h"
 #include "eval/kl.h"
@@ -239,7 +240,7 @@ int run_needle(const NeedleArgs& a) {
     o.ctx = max_ctx + (text ? a.gen_tokens - 1 : 0);  // the last generated token is not fed
     o.threads = threads;
     o.batch = a.batch;
-    o.kv_tiled = a.kv_layout == "tiled";
+    o.kv_tiled = kv_tiled(a.kv_layout);
     auto r = ModelRunner::open(o);
     if (!r) return fail(r.status().message());
     eval::NeedleRun run;
@@ -335,10 +336,7 @@ void add_needle(CLI::App* ev, std::vector<std::pair<CLI::App*, Runner>>& subs) {
   sub->add_option("--cache-type-v", a->ctv, "V cache formats (alias -ctv), comma-separated")
       ->capture_default_str();
   sub->add_flag("--kv-grid", a->kv_grid, "run every (K, V) pair of the two lists");
-  sub->add_option("--kv-layout", a->kv_layout,
-                  "KV page layout of the block formats: tiled (16 keys per vector) or rows")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"tiled", "rows"}));
+  add_kv_layout_flag(sub, a->kv_layout, "--kv-layout");
   sub->add_option("-t,--threads", a->threads, "worker threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
   sub->add_option("-b,--batch-size", a->batch, "prompt tokens per forward call")
@@ -464,7 +462,7 @@ int run_kl(const KlArgs& a) {
     spec.base.cache_v = a.base_ctv;
     spec.base.threads = threads;
     spec.base.batch = a.batch;
-    spec.base.kv_tiled = a.base_kv_layout == "tiled";
+    spec.base.kv_tiled = kv_tiled(a.base_kv_layout);
     spec.base_label = fmt::format("{}{}/{}{}", a.base_model.empty() ? "" : base_model + " ",
                                   a.base_ctk, a.base_ctv, spec.base.kv_tiled ? "" : " rows");
   }
@@ -476,7 +474,7 @@ int run_kl(const KlArgs& a) {
     o.cache_v = v;
     o.threads = threads;
     o.batch = a.batch;
-    o.kv_tiled = a.kv_layout == "tiled";
+    o.kv_tiled = kv_tiled(a.kv_layout);
     spec.tests.push_back(o);
     spec.test_labels.push_back(fmt::format("{}{}/{}{}", a.base_model.empty() ? "" : a.model + " ",
                                            k, v, o.kv_tiled ? "" : " rows"));
@@ -532,15 +530,8 @@ void add_kl(CLI::App* ev, std::vector<std::pair<CLI::App*, Runner>>& subs) {
   sub->add_option("--cache-type-v", a->ctv, "test V cache formats (alias -ctv), comma-separated")
       ->capture_default_str();
   sub->add_flag("--kv-grid", a->kv_grid, "run every (K, V) pair of the two lists");
-  sub->add_option("--kv-layout", a->kv_layout,
-                  "test KV page layout of the block formats: tiled (16 keys per vector) or rows")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"tiled", "rows"}));
-  sub->add_option("--base-kv-layout", a->base_kv_layout,
-                  "baseline KV page layout (with --base-ctk/--base-ctv q4_0 and --kv-layout "
-                  "tiled: the layout's own cost)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"tiled", "rows"}));
+  add_kv_layout_flag(sub, a->kv_layout, "--kv-layout", "test ");
+  add_kv_layout_flag(sub, a->base_kv_layout, "--base-kv-layout", "baseline ");
   sub->add_option("-f,--file", a->text_file, "text to evaluate (tokenized with BOS)");
   sub->add_option("--tokens", a->tokens_file, "token ids to evaluate (whitespace-separated)");
   sub->add_option("--synthetic", a->synthetic,

@@ -56,7 +56,7 @@ int run_serve(const ServeArgs& a) {
   if (!budget) return fail(budget.status().message());
   ec.kv_budget_bytes = *budget;
   ec.page_tokens = a.page_tokens;
-  ec.kv_tiled = a.kv_layout == "tiled";
+  ec.kv_tiled = kv_tiled(a.kv_layout);
   ec.batch_tokens = a.m.batch;
   ec.ubatch_tokens = a.m.ubatch;
   ec.prefix_cache = !a.no_prefix_cache;
@@ -167,11 +167,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--page-tokens", a->page_tokens, "tokens per KV page")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  sub->add_option("--kv-layout", a->kv_layout,
-                  "page layout of q8_0/q4_0/q4_1/q5_0/q5_1 KV: tiled (16 keys per vector) or "
-                  "rows (one token after another)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"tiled", "rows"}));
+  add_kv_layout_flag(sub, a->kv_layout, "--kv-layout");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "do not share prompt prefixes");
   sub->add_flag("--deterministic", a->deterministic,
                 "batch-independent results: at temperature 0 a request's text does not depend "

@@ -34,6 +34,12 @@ struct ModelArgs {
 // -m, -c, -t, -b; with_prompt adds -p / -f / --no-bos / --special.
 void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_cache);
 
+// A --kv-layout style flag: the page layout of the block KV formats, tiled
+// (the default) or rows; `side` prefixes the help ("test ", "baseline ").
+void add_kv_layout_flag(CLI::App* sub, std::string& layout, const std::string& name,
+                        const std::string& side = "");
+inline bool kv_tiled(const std::string& layout) { return layout == "tiled"; }
+
 // --kv-budget in bytes (0 when not given); errors name the flag and value.
 Expected<int64_t> kv_budget_bytes(const ModelArgs& a);
 

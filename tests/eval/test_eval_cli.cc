@@ -53,6 +53,20 @@ TEST(EvalCli, NeedleControlFailsAndErrorsAreNamed) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["total"], 6);
   EXPECT_LE(j["correct"].get<int>(), 1);
+  // Both page layouts of q4_0 run end to end; a bad layout, here and in
+  // serve, is named.
+  for (const char* layout : {"tiled", "rows"}) {
+    const CliResult q4 = run_cli("eval needle -m " + m +
+                                 " --ctx 256 --depths 0.5 --trials 1 -t 2 -ctk q4_0 -ctv q4_0 "
+                                 "--kv-layout " + layout + " --json");
+    ASSERT_EQ(q4.exit_code, 0) << layout << ": " << q4.err;
+    EXPECT_EQ(nlohmann::json::parse(q4.out)["total"], 1) << layout;
+  }
+  for (const std::string cmd : {"eval needle", "serve"}) {
+    const CliResult bad_layout = run_cli(cmd + " -m " + m + " --kv-layout diagonal");
+    EXPECT_NE(bad_layout.exit_code, 0) << cmd;
+    EXPECT_NE(bad_layout.err.find("--kv-layout: diagonal"), std::string::npos) << bad_layout.err;
+  }
   const CliResult bad = run_cli("eval needle -m " + m + " -ctk q3_0");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("'q3_0'"), std::string::npos) << bad.err;
