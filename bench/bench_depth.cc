@@ -150,8 +150,7 @@ int main(int argc, char** argv) {
     const QType vt = kv_type(colon == std::string::npos ? spec.substr(0, colon) : spec.substr(colon + 1));
     kv::KvGeometry g = m.kv_geometry(kt, vt);
     g.tiled = tiled;
-    if (!tiled && a.tiled.size() > 1 && !g.k_tiled() && !g.v_tiled() &&
-        !kv::tileable(kt) && !kv::tileable(vt))
+    if (!tiled && a.tiled.size() > 1 && !kv::tileable(kt) && !kv::tileable(vt))
       continue;  // --layout both: a format without a tiled layout runs once
     auto cache = kv::KvCache::create(g, max_depth + std::max(a.n_prompt, a.n_gen) + 1);
     if (!cache) die(cache.status().message());
