@@ -11,9 +11,10 @@
 // 3x the bandwidth of 4 KiB blocks scattered a page apart (measured, see
 // bench/bench_attention.cc). Rows are stored in k_type / v_type (quantized on
 // append with the tensor/ quantizers), so head_dim must be a multiple of the
-// format's block size. The 32-element block formats are stored tiled (16
-// keys interleaved, kv/tiled.h) when `tiled` is set and page_tokens is a
-// multiple of 16: the same bytes per page, read 16 keys per vector.
+// format's block size. The 32-element block formats and FP8 are stored
+// tiled (16 keys interleaved, kv/tiled.h) when `tiled` is set, page_tokens
+// is a multiple of 16 and the head dim of 32: the same bytes per page, read
+// 16 keys per vector.
 #pragma once
 
 #include <cstdint>
@@ -34,12 +35,17 @@ struct KvGeometry {
   QType k_type = QType::F16;
   QType v_type = QType::F16;
   int page_tokens = 32;
-  // Store block formats in the tiled layout (kv/tiled.h) where they have one.
+  // Store the block formats and FP8 in the tiled layout (kv/tiled.h) where
+  // the head dim is a multiple of 32.
   bool tiled = true;
 
   // Whether K (or V) pages are stored tiled.
-  bool k_tiled() const { return tiled && page_tokens % kTileKeys == 0 && tileable(k_type); }
-  bool v_tiled() const { return tiled && page_tokens % kTileKeys == 0 && tileable(v_type); }
+  bool k_tiled() const {
+    return tiled && page_tokens % kTileKeys == 0 && head_dim_k % kTileElems == 0 && tileable(k_type);
+  }
+  bool v_tiled() const {
+    return tiled && page_tokens % kTileKeys == 0 && head_dim_v % kTileElems == 0 && tileable(v_type);
+  }
   // Bytes of K (or V) for one token of one head of one layer.
   size_t k_row_bytes() const { return qtype_row_bytes(k_type, head_dim_k); }
   size_t v_row_bytes() const { return qtype_row_bytes(v_type, head_dim_v); }

@@ -22,6 +22,7 @@ size_t block_bytes(QType t) {
     case QType::Q4_1: return sizeof(BlockQ4_1);
     case QType::Q5_0: return sizeof(BlockQ5_0);
     case QType::Q5_1: return sizeof(BlockQ5_1);
+    case QType::FP8_E4M3: return kQK;  // 32 one-byte elements, no scale
     default: return 0;
   }
 }
@@ -82,6 +83,7 @@ Parts parts_of(QType t, const uint8_t* src) {
       nibbles_in(b, qh, p);
       break;
     }
+    case QType::FP8_E4M3: std::memcpy(p.code, src, kQK); break;
     default: SUSTAIN_CHECK(false);
   }
   return p;
@@ -123,6 +125,7 @@ void block_of(QType t, const Parts& p, uint8_t* dst) {
       std::memcpy(b.qh, &qh, 4);
       break;
     }
+    case QType::FP8_E4M3: std::memcpy(dst, p.code, kQK); break;
     default: SUSTAIN_CHECK(false);
   }
 }
@@ -135,8 +138,17 @@ struct CodePos {
   int mask;  // index of the 64-bit mask
   int bit;
 };
+// FP8: byte 16L + (k < 2 ? 2u + k : 8 + 2u + k - 2) of a line is item k
+// (< 4) of lane 4L + u (kv/tiled.h).
+size_t fp8_byte(int lane, int k) {
+  return size_t(16 * (lane / 4) + (k < 2 ? 0 : 8) + 2 * (lane % 4) + k % 2);
+}
 CodePos code_pos(const TileFormat& f, TileRole role, int t, int e) {
   const int half = e / 16, r = e % 16;  // 4-bit: the nibble; Q8_0 V: h
+  if (f.fp8_pairs) {
+    if (role == TileRole::kKey) return {size_t(e / 4) * 64 + fp8_byte(t, e % 4), false, 0, 0};
+    return {size_t(2 * (t / 4) + half) * 64 + fp8_byte(r, t % 4), false, 0, 0};
+  }
   if (role == TileRole::kKey) {
     if (f.bytes_codes) return {size_t(e / 4) * 64 + 4 * t + e % 4, false, 0, 0};
     const int i = r / 4, k = r % 4;
@@ -159,10 +171,12 @@ TileFormat tile_format(QType t) {
   f.bytes = block_bytes(t) * kTileKeys;
   f.has_min = t == QType::Q4_1 || t == QType::Q5_1;
   f.has_high = t == QType::Q5_0 || t == QType::Q5_1;
-  f.bytes_codes = t == QType::Q8_0;
+  f.has_scale = t != QType::FP8_E4M3;
+  f.fp8_pairs = t == QType::FP8_E4M3;
+  f.bytes_codes = t == QType::Q8_0 || f.fp8_pairs;
   f.offset = t == QType::Q8_0 ? 128 : t == QType::Q4_0 ? 8 : t == QType::Q5_0 ? 16 : 0;
   f.m_off = 2 * kTileKeys;
-  f.codes_off = (f.has_min ? 4 : 2) * kTileKeys;
+  f.codes_off = (f.has_scale ? 2 : 0) * kTileKeys + (f.has_min ? 2 : 0) * kTileKeys;
   f.high_off = f.codes_off + (f.bytes_codes ? kQK : kQK / 2) * kTileKeys;
   SUSTAIN_CHECK(f.high_off + (f.has_high ? 64 : 0) == f.bytes);
   return f;
@@ -174,7 +188,7 @@ void tile_row(QType t, TileRole role, int dim, const uint8_t* row, int slot, uin
   for (int b = 0; b < nb; ++b) {
     const Parts p = parts_of(t, row + size_t(b) * block_bytes(t));
     uint8_t* gb = block + (size_t(slot / kTileKeys) * nb + b) * f.bytes;
-    std::memcpy(gb + 2 * key, &p.d, 2);
+    if (f.has_scale) std::memcpy(gb + 2 * key, &p.d, 2);
     if (f.has_min) std::memcpy(gb + f.m_off + 2 * key, &p.m, 2);
     for (int e = 0; e < kQK; ++e) {
       const CodePos c = code_pos(f, role, key, e);
@@ -201,7 +215,7 @@ void untile_row(QType t, TileRole role, int dim, const uint8_t* block, int slot,
   for (int b = 0; b < nb; ++b) {
     const uint8_t* gb = block + (size_t(slot / kTileKeys) * nb + b) * f.bytes;
     Parts p;
-    std::memcpy(&p.d, gb + 2 * key, 2);
+    if (f.has_scale) std::memcpy(&p.d, gb + 2 * key, 2);
     if (f.has_min) std::memcpy(&p.m, gb + f.m_off + 2 * key, 2);
     for (int e = 0; e < kQK; ++e) {
       const CodePos c = code_pos(f, role, key, e);

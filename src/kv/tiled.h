@@ -1,5 +1,6 @@
 // The tiled page layout of the 32-element block formats (Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1). A (page, layer, head) K or V block holds the same bytes as
+// Q5_0, Q5_1) and of FP8 E4M3 (taken 32 elements at a time, a "block" with
+// no scale). A (page, layer, head) K or V block holds the same bytes as
 // page_tokens GGUF rows, rearranged so that attention reads 16 keys per
 // vector instead of one key per vector and a horizontal sum:
 //
@@ -29,6 +30,18 @@
 //     high   mask 2s bit 4e + k = bit 4 of element e of key 4s + k; mask
 //            2s + 1 the same for element 16 + e
 //
+// FP8 E4M3 (no d, m or high; codes at 0) is laid out for a bf16 dot product
+// (vdpbf16ps: two bf16 products per 32-bit lane). A 64-byte line holds four
+// items of each of 16 lanes: item k (< 4) of lane l = 4L + u at byte
+//     16L + 2u + k          (k < 2)
+//     16L + 8 + 2u + k - 2  (k >= 2),
+// so that once every byte is widened to bf16 (a table lookup), unpacking
+// the low (high) 8 bytes of each 16-byte lane gives items 0, 1 (2, 3) of
+// every lane as a bf16 pair.
+//   key role: line c (< 8), lane t = key t, item k = element 4c + k
+//   value role: line 2s + h (s < 4, h < 2), lane e = element 16h + e,
+//     item k = key 4s + k
+//
 // A row is written by tile_row (the high masks are shared between keys,
 // so rows of one group must not be written concurrently; kv_cache writes
 // one token at a time) and read back byte for byte by untile_row.
@@ -42,6 +55,7 @@
 namespace sustain::kv {
 
 inline constexpr int kTileKeys = 16;
+inline constexpr int kTileElems = 32;  // elements of a row in one group-block
 
 enum class TileRole { kKey, kValue };
 
@@ -51,11 +65,15 @@ struct TileFormat {
   size_t m_off = 0;      // minimums (has_min)
   size_t codes_off = 0;  // codes: 512 bytes (Q8_0) or 256 (4/5-bit)
   size_t high_off = 0;   // 64 bytes of masks (has_high)
-  bool has_min = false, has_high = false, bytes_codes = false;  // bytes_codes: Q8_0
-  int offset = 0;        // value = d · (code - offset) (+ m): 128, 8, 16 or 0
+  bool has_min = false, has_high = false;
+  bool has_scale = true;     // d: every format but FP8
+  bool bytes_codes = false;  // one byte per code: Q8_0, FP8
+  bool fp8_pairs = false;    // FP8's bf16-pair arrangement
+  int offset = 0;            // value = d · (code - offset) (+ m): 128, 8, 16 or 0
 };
 
-// Whether `t` has a tiled layout (the 32-element block formats above).
+// Whether `t` has a tiled layout (the formats above; rows must be a whole
+// number of 32-element blocks, which FP8's need not be: KvGeometry checks).
 bool tileable(QType t);
 TileFormat tile_format(QType t);
 

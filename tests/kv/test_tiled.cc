@@ -9,13 +9,15 @@
 #include <random>
 #include <vector>
 
+#include "kv/kv_cache.h"
 #include "kv/tiled.h"
 #include "tensor/blocks.h"
 
 namespace sustain::kv {
 namespace {
 
-constexpr QType kTypes[] = {QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1};
+constexpr QType kTypes[] = {QType::Q8_0, QType::Q4_0, QType::Q4_1,
+                            QType::Q5_0, QType::Q5_1, QType::FP8_E4M3};
 
 std::vector<uint8_t> random_row(QType t, int dim, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -70,7 +72,23 @@ TEST(KvTiled, FormatSizesMatchSixteenBlocks) {
   EXPECT_EQ(tile_format(QType::Q5_1).bytes, 16 * sizeof(BlockQ5_1));
   EXPECT_FALSE(tileable(QType::F16));
   EXPECT_FALSE(tileable(QType::Q4_K));
-  EXPECT_FALSE(tileable(QType::FP8_E4M3));
+  EXPECT_EQ(tile_format(QType::FP8_E4M3).bytes, 16u * 32u);
+  EXPECT_EQ(tile_format(QType::FP8_E4M3).codes_off, 0u);
+}
+
+// A head dim that is not a whole number of 32-element group-blocks keeps
+// FP8 row by row (its rows have no blocks of their own).
+TEST(KvTiled, Fp8NeedsWholeGroupBlocks) {
+  KvGeometry g;
+  g.n_layer = 1;
+  g.n_head_kv = 1;
+  g.head_dim_k = 48;
+  g.head_dim_v = 64;
+  g.k_type = g.v_type = QType::FP8_E4M3;
+  EXPECT_FALSE(g.k_tiled());
+  EXPECT_TRUE(g.v_tiled());
+  g.page_tokens = 24;
+  EXPECT_FALSE(g.v_tiled());
 }
 
 // Spot checks of the documented arrangement, on hand-made blocks.
@@ -90,6 +108,27 @@ TEST(KvTiled, ArrangementIsTheDocumentedOne) {
     EXPECT_EQ(d, 0x3c00);
     for (int e = 0; e < 32; ++e)
       EXPECT_EQ(gb[f.codes_off + (e / 4) * 64 + 4 * t + e % 4], uint8_t(e - 16) ^ 0x80);
+  }
+  // FP8, both roles: item k of lane l = 4L + u at byte 16L + 2u + k (k < 2)
+  // or 16L + 8 + 2u + k - 2 (k >= 2) of its line.
+  {
+    const auto byte_of = [](int l, int k) {
+      return 16 * (l / 4) + (k < 2 ? 2 * (l % 4) + k : 8 + 2 * (l % 4) + k - 2);
+    };
+    std::vector<uint8_t> pool(16 * 64 * 2, 0);  // one group, dim 64: two group-blocks
+    uint8_t row[64];
+    for (int e = 0; e < 64; ++e) row[e] = uint8_t(e * 3 + 1);
+    const int t = 6;
+    tile_row(QType::FP8_E4M3, TileRole::kKey, 64, row, t, pool.data());
+    for (int e = 0; e < 64; ++e)  // block e / 32, line (e % 32) / 4, item e % 4
+      EXPECT_EQ(pool[(e / 32) * 512 + ((e % 32) / 4) * 64 + byte_of(t, e % 4)], row[e]) << e;
+    std::fill(pool.begin(), pool.end(), 0);
+    const int key = 13, s = key / 4, k = key % 4;
+    tile_row(QType::FP8_E4M3, TileRole::kValue, 64, row, key, pool.data());
+    for (int e = 0; e < 64; ++e) {  // line 2s + h, lane e % 16, item k
+      const int b = e / 32, h = (e % 32) / 16;
+      EXPECT_EQ(pool[b * 512 + (2 * s + h) * 64 + byte_of(e % 16, k)], row[e]) << e;
+    }
   }
   // Q5_1, value role: byte s·64 + 4e + k, low nibble element e, high
   // nibble element 16 + e of key 4s + k; masks 2s / 2s + 1, bit 4e + k.
