@@ -406,6 +406,7 @@ HWY_INLINE void AccumulateRows(D d, const float* const* p, const uint8_t* vrows,
 // Inside this target's namespace, once per VNNI target (see the header).
 #include "attention/attend_vnni-inl.h"
 #include "attention/attend_tiled-inl.h"
+#include "attention/attend_fp8-inl.h"
 #endif  // SUSTAIN_ATTN_VNNI
 
 // o_r += sum_j p_r[j] v_j for j < n with Q8_0 V read in place: the int8
@@ -480,11 +481,17 @@ HWY_INLINE void AccumulateRowsQ8(D d, const float* const* p, const uint8_t* vrow
   for (; c < size_t(dv); c += N) AccumulatePassQ8<R, 1, false>(d, pd, vrows, vstride, n, c, o);
 }
 
-// K formats dotted with an int8 copy of q on VNNI targets.
+// Tiled FP8 K is dotted with a bf16 copy of q; the block formats with an
+// int8 copy (VNNI targets).
+template <class KF>
+inline constexpr bool kBf16Query = false;
+template <>
+inline constexpr bool kBf16Query<TiledRows<QType::FP8_E4M3>> = true;
 template <class KF>
 inline constexpr bool kIntQuery =
-    kIsTiled<KF> || std::is_same_v<KF, Q8Rows> || std::is_same_v<KF, Q4_0Rows> ||
-    std::is_same_v<KF, Q4_1Rows> || std::is_same_v<KF, Q5_0Rows> || std::is_same_v<KF, Q5_1Rows>;
+    (kIsTiled<KF> && !kBf16Query<KF>) || std::is_same_v<KF, Q8Rows> ||
+    std::is_same_v<KF, Q4_0Rows> || std::is_same_v<KF, Q4_1Rows> || std::is_same_v<KF, Q5_0Rows> ||
+    std::is_same_v<KF, Q5_1Rows>;
 
 // exp(x) for the softmax's x = score - running maximum (x <= 0, -inf for a
 // masked key), in 15 vector ops where hn::Exp takes about 27 (a two-part
@@ -565,10 +572,15 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
     n_max = std::max(n_max, nv[k]);
   }
 #if SUSTAIN_ATTN_VNNI
-  if constexpr (kIntQuery<KF>) {
+  if constexpr (kBf16Query<KF>) {
+    const uint16_t* qb[R];
+    for (int k = 0; k < R; ++k)
+      qb[k] = reinterpret_cast<const uint16_t*>(qbuf + size_t(idx[k]) * int_query_floats(it.dk));
+    ScoreRowsFp8Tiled<R>(qb, krows, n_max, it.dk, s);
+  } else if constexpr (kIntQuery<KF>) {
     Q8Query qq[R];
     for (int k = 0; k < R; ++k)
-      qq[k] = Q8QueryAt(qbuf + size_t(idx[k]) * q8_row_floats(it.dk), it.dk);
+      qq[k] = Q8QueryAt(qbuf + size_t(idx[k]) * int_query_floats(it.dk), it.dk);
     if constexpr (kIsTiled<KF>)
       ScoreRowsTiled<R, KF::kType>(qq, krows, n_max, it.dk, s, pf);
     else if constexpr (std::is_same_v<KF, Q8Rows>)
@@ -594,7 +606,9 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
       std::fill(s[k], s[k] + kTile, 0.0f);
   }
 #if SUSTAIN_ATTN_VNNI
-  if constexpr (kIsTiled<VF>)
+  if constexpr (std::is_same_v<VF, TiledRows<QType::FP8_E4M3>>)
+    AccumulateRowsFp8Tiled<R>(s, vrows, n_max, it.dv, o, vwork);
+  else if constexpr (kIsTiled<VF>)
     AccumulateRowsTiled<R, VF::kType>(s, vrows, n_max, it.dv, o, vwork);
   else if constexpr (std::is_same_v<VF, Q8Rows>)
     AccumulateRowsQ8Int<R>(s, vrows, vstride, n_max, it.dv, o, vwork);
@@ -645,13 +659,16 @@ void RunItemT(D d, const Item& it) {
   std::fill(it.o, it.o + size_t(rows) * dv, 0.0f);
 #if SUSTAIN_ATTN_VNNI
   // q quantized once per item, not per tile (state row order, as below).
-  if constexpr (kIntQuery<KF>) {
+  if constexpr (kIntQuery<KF> || kBf16Query<KF>) {
     for (int hk = it.head_begin; hk < it.head_end; ++hk)
       for (int x = 0; x < head_rows; ++x) {
         const int b = x / it.group, i = x % it.group;
         const float* qr = it.q + b * it.q_stride + (size_t(hk) * it.group + i) * dk;
-        QuantizeQuery(qr, dk, it.scale,
-                      qbuf + size_t((hk - it.head_begin) * head_rows + x) * q8_row_floats(dk));
+        float* row = qbuf + size_t((hk - it.head_begin) * head_rows + x) * int_query_floats(dk);
+        if constexpr (kBf16Query<KF>)
+          Bf16Query(qr, dk, it.scale, row);
+        else
+          QuantizeQuery(qr, dk, it.scale, row);
       }
   }
 #endif
@@ -754,10 +771,15 @@ void RunItemV(D d, const Item& it) {
   const QType vt = g.v_type;
   if (vt == QType::F16) return RunItemT<D, KF, F16Rows>(d, it);
 #if SUSTAIN_ATTN_VNNI
-  // Tiled V beside tiled or F16 K: Q8_0, or K's own format.
+  // Tiled V beside tiled or F16 K: Q8_0, or K's own format; FP8 (with
+  // AVX512_BF16) beside FP8 or F16 K.
   if constexpr (kFull && (kIsTiled<KF> || std::is_same_v<KF, F16Rows>)) {
     if (g.v_tiled()) {
       if (vt == QType::Q8_0) return RunItemT<D, KF, TiledRows<QType::Q8_0>>(d, it);
+      if constexpr (kBf16Query<KF> || std::is_same_v<KF, F16Rows>) {
+        if (vt == QType::FP8_E4M3 && Fp8TiledCpu())
+          return RunItemT<D, KF, TiledRows<QType::FP8_E4M3>>(d, it);
+      }
       if constexpr (kIsTiled<KF>) {
         if (vt == KF::kType) return RunItemT<D, KF, KF>(d, it);
       }
@@ -788,6 +810,9 @@ void RunItemD(D d, const Item& it) {
         case QType::Q4_1: return RunItemV<kFull, D, TiledRows<QType::Q4_1>>(d, it);
         case QType::Q5_0: return RunItemV<kFull, D, TiledRows<QType::Q5_0>>(d, it);
         case QType::Q5_1: return RunItemV<kFull, D, TiledRows<QType::Q5_1>>(d, it);
+        case QType::FP8_E4M3:
+          if (Fp8TiledCpu()) return RunItemV<kFull, D, TiledRows<QType::FP8_E4M3>>(d, it);
+          break;
         default: break;
       }
     }

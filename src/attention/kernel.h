@@ -59,6 +59,12 @@ inline size_t q8_row_floats(int dk) {
   return pairs * (64 / sizeof(float) + 4);
 }
 
+// Floats per state row of the queries a VNNI target converts once per item:
+// the int8 layout above, or dk bf16 (tiled FP8 K).
+inline size_t int_query_floats(int dk) {
+  return std::max(q8_row_floats(dk), (size_t(dk) + 1) / 2);
+}
+
 // Floats that hold a tile of K and V rows of a block format (at most 34
 // bytes per 32 elements) put back from the tiled layout.
 inline size_t untiled_floats(int dk, int dv) {
@@ -69,11 +75,11 @@ inline size_t untiled_floats(int dk, int dv) {
 // per row of a row group, a tile of K and V rows converted to f32 (formats
 // other than F32/F16 are dequantized a tile at a time, never the whole
 // cache), a tile of rows untiled (where no tiled kernel reads the format),
-// and the int8 queries of up to `rows` state rows.
+// and the int8 (or bf16) queries of up to `rows` state rows.
 inline size_t work_floats(int dk, int dv, int rows) {
   return round_up_floats(size_t(kScoreRows) * kTile) + round_up_floats(size_t(kTile) * dk) +
          round_up_floats(size_t(kTile) * dv) + untiled_floats(dk, dv) +
-         round_up_floats(size_t(rows) * q8_row_floats(dk));
+         round_up_floats(size_t(rows) * int_query_floats(dk));
 }
 
 void run_item(const Item& it);
