@@ -96,8 +96,9 @@ Args parse(int argc, char** argv) {
           "bench_depth -m MODEL [-d 0,4096,...] [-ctk f16,q8_0,q4_0:f16,...] [-p 512] [-n 64]\n"
           "            [-r 3] [-t THREADS] [--fill real|random] [--layout tiled|rows|both]\n"
           "  -ctk entries are K formats (V the same) or K:V pairs.\n"
-          "  --layout: page layout of the 32-element block formats (kv/tiled.h); both\n"
-          "            runs each format row by row, then tiled.\n");
+          "  --layout: page layout of the 32-element block formats and fp8 (kv/tiled.h);\n"
+          "            both "
+          "runs each format row by row, then tiled.\n");
       std::exit(0);
     } else die("unknown flag '" + f + "' (see --help)");
   }

@@ -15,7 +15,7 @@ namespace sustain::cli {
 void add_kv_layout_flag(CLI::App* sub, std::string& layout, const std::string& name,
                         const std::string& side) {
   sub->add_option(name, layout,
-                  side + "page layout of the q8_0/q4_0/q4_1/q5_0/q5_1 KV formats: tiled (16 "
+                  side + "page layout of the q8_0/q4_0/q4_1/q5_0/q5_1/fp8 KV formats: tiled (16 "
                          "keys per vector) or rows (one token after another)")
       ->capture_default_str()
       ->check(CLI::IsMember({"tiled", "rows"}));
