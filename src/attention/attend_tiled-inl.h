@@ -25,7 +25,7 @@ struct TiledFmt {
 };
 
 #pragma GCC push_options
-#pragma GCC target("avx512vnni,avx512bw,avx512vl,no-avxvnni")
+#pragma GCC target("avx512vnni,avx512vbmi,avx512bw,avx512vl,no-avxvnni")
 
 // The f16 values at p (16 keys) as f32, lanes at or past `n` zero (keys past
 // the sequence's end hold stale bytes, which may be any f16 at all).
@@ -47,6 +47,20 @@ HWY_INLINE void TouchLines(const uint8_t* p, size_t bytes) {
   for (size_t off = 0; off < bytes; off += 64)
     _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
 }
+// The vpermt2b index that puts byte 1 of dwords 0..31 of (a, b) in bytes
+// 0..31 and byte 0 in bytes 32..63.
+struct SplitBytes {
+  alignas(64) uint8_t idx[64];
+};
+constexpr SplitBytes MakeSplitBytes() {
+  SplitBytes t{};
+  for (int i = 0; i < 32; ++i) {
+    t.idx[i] = uint8_t(4 * i + 1);  // < 128: dword i of a (i < 16) or of b
+    t.idx[32 + i] = uint8_t(4 * i);
+  }
+  return t;
+}
+inline constexpr SplitBytes kSplitBytes = MakeSplitBytes();
 HWY_INLINE uint64_t Mask64(const uint8_t* p) {
   uint64_t m;
   std::memcpy(&m, p, 8);
@@ -172,6 +186,10 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* vsrc
   const __mmask16 live[2] = {LiveKeys(n), LiveKeys(n - 16)};
   auto* wbytes = reinterpret_cast<int8_t*>(work);  // [R][hi, lo][kTile]
   const __m512i nib512 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(16);
+  // Byte 1 (hi), then byte 0 (lo), of the 32 dwords of two vectors; bit 7
+  // of the lo bytes flipped.
+  const __m512i split = _mm512_load_si512(kSplitBytes.idx);
+  const __m512i flip = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi8(char(0x80)), 1);
   float pmax[R];
   __m512 pv[R][2];
   for (int r = 0; r < R; ++r) {
@@ -194,26 +212,27 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* vsrc
       const float bound = pmax[r] * dmax;
       const float inv = bound > 1e-30f ? 32639.0f / bound : 0.0f;
       step[r] = inv > 0.0f ? bound * (1.0f / 32639.0f) : 0.0f;
-      __m512i wsum = _mm512_setzero_si512();
       float min_term = 0.0f;
+      __m512i w[2];  // W + 128, keys 16g + lane
       for (int g = 0; g < 2; ++g) {
-        __m512i w = _mm512_setzero_si512();
+        w[g] = _mm512_set1_epi32(128);
         if (g < n_groups) {
-          w = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv[r][g], d[g]), _mm512_set1_ps(inv)));
+          w[g] = _mm512_add_epi32(
+              w[g], _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv[r][g], d[g]),
+                                                     _mm512_set1_ps(inv))));
           if constexpr (F::kMin)
             min_term += _mm512_reduce_add_ps(_mm512_mul_ps(pv[r][g], m[g]));
         }
-        wsum = _mm512_add_epi32(wsum, w);
-        const __m512i hi = _mm512_srai_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(128)), 8);
-        const __m512i lo = _mm512_sub_epi32(w, _mm512_slli_epi32(hi, 8));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(wbytes + (2 * r) * kTile + 16 * g),
-                         _mm512_cvtepi32_epi8(hi));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(wbytes + (2 * r + 1) * kTile + 16 * g),
-                         _mm512_cvtepi32_epi8(lo));
       }
+      const __m512i wsum = _mm512_add_epi32(w[0], w[1]);  // Σ W + 32 · 128
+      // hi = (W + 128) >> 8 is byte 1 of W + 128; lo = W - 256 hi, the low
+      // byte of W as int8, is byte 0 of W + 128 with bit 7 flipped. One byte
+      // permute gathers the 32 keys' hi then lo bytes, the row's 64 bytes.
+      _mm512_storeu_si512(wbytes + (2 * r) * kTile,
+                          _mm512_xor_si512(_mm512_permutex2var_epi8(w[0], split, w[1]), flip));
       add[r] = min_term;
       if constexpr (F::kOffset != 0)
-        add[r] -= float(F::kOffset) * step[r] * float(_mm512_reduce_add_epi32(wsum));
+        add[r] -= float(F::kOffset) * step[r] * float(_mm512_reduce_add_epi32(wsum) - 32 * 128);
     }
     // acc[r][h][0]: codes × hi, acc[r][h][1]: codes × lo, elements 16h + lane.
     __m512i acc[R][2][2];
