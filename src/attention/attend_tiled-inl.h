@@ -234,6 +234,11 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* vsrc
       if constexpr (F::kOffset != 0)
         add[r] -= float(F::kOffset) * step[r] * float(_mm512_reduce_add_epi32(wsum) - 32 * 128);
     }
+    // The weights are read back from memory by broadcast loads: hidden from
+    // the compiler, which otherwise extracts and broadcasts them from the
+    // registers they were computed in (two shuffles per broadcast).
+    const int8_t* wread = wbytes;
+    asm("" : "+r"(wread));
     // acc[r][h][0]: codes × hi, acc[r][h][1]: codes × lo, elements 16h + lane.
     __m512i acc[R][2][2];
     for (int r = 0; r < R; ++r)
@@ -255,8 +260,8 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* vsrc
         }
       }
       for (int r = 0; r < R; ++r) {
-        const __m512i wh = Broadcast32(wbytes + (2 * r) * kTile + 4 * s);
-        const __m512i wl = Broadcast32(wbytes + (2 * r + 1) * kTile + 4 * s);
+        const __m512i wh = Broadcast32(wread + (2 * r) * kTile + 4 * s);
+        const __m512i wl = Broadcast32(wread + (2 * r + 1) * kTile + 4 * s);
         acc[r][0][0] = _mm512_dpbusd_epi32(acc[r][0][0], x0, wh);
         acc[r][0][1] = _mm512_dpbusd_epi32(acc[r][0][1], x0, wl);
         acc[r][1][0] = _mm512_dpbusd_epi32(acc[r][1][0], x1, wh);
