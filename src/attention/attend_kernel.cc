@@ -709,7 +709,10 @@ void RunItemT(D d, const Item& it) {
       }
       if (untile_v) {
         const uint8_t* block = cache.v_block(page, it.layer, hk);
-        uint8_t* dst = ubuf + size_t(kTile) * krb;
+        // After the untiled K rows, where K is untiled too (untiled_floats
+        // holds block-format K and V; a K read in place, such as F16, has
+        // rows of any size and takes no room here).
+        uint8_t* dst = ubuf + (untile_k ? size_t(kTile) * krb : 0);
         for (int j = 0; j < n; ++j)
           kv::untile_row(g.v_type, kv::TileRole::kValue, dv, block, slot + j, dst + j * vrb);
         vsrc = dst;
