@@ -534,8 +534,9 @@ HWY_INLINE hn::Vec<D> ExpNonPositive(D d, hn::Vec<D> x) {
 // The online-softmax update of one row for a tile whose scores (masked
 // entries -inf, at least one visible) are in s[0, kTile): s becomes the
 // probabilities exp(s - m_new); l and o are rescaled when the maximum grows.
+// l is kept as lv[0, Lanes) partial sums (kLsumLanes floats).
 template <class D>
-HWY_INLINE void SoftmaxRow(D d, float* s, float& m, float& l, float* o, int dv) {
+HWY_INLINE void SoftmaxRow(D d, float* s, float& m, float* lv, float* o, int dv) {
   const hn::CappedTag<float, kTile> dt;
   const size_t NT = hn::Lanes(dt);
   auto vmax = hn::LoadU(dt, s);
@@ -551,7 +552,7 @@ HWY_INLINE void SoftmaxRow(D d, float* s, float& m, float& l, float* o, int dv) 
   // 0 on the first visible tile (m = -inf); 1 without a call to exp when the
   // maximum stays (most tiles of a long context).
   const float corr = m_new == m ? 1.0f : std::exp(m - m_new);
-  l = l * corr + hn::GetLane(hn::SumOfLanes(dt, vsum));
+  hn::StoreU(hn::MulAdd(hn::LoadU(dt, lv), hn::Set(dt, corr), vsum), dt, lv);
   m = m_new;
   if (corr != 1.0f) {
     const size_t N = hn::Lanes(d);
@@ -569,7 +570,8 @@ HWY_INLINE void SoftmaxRow(D d, float* s, float& m, float& l, float* o, int dv) 
 template <int R, class KF, class VF, class D>
 HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* idx, const int* nv,
                          const uint8_t* krows, size_t kstride, const uint8_t* vrows, size_t vstride,
-                         float* scores, const Prefetch& pf, float* qbuf, float* vwork) {
+                         float* scores, const Prefetch& pf, float* qbuf, float* vwork,
+                         float* lsum) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float* s[R];
   float* o[R];
@@ -608,7 +610,8 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
   }
   for (int k = 0; k < R; ++k) {
     std::fill(s[k] + nv[k], s[k] + kTile, kNegInf);
-    if (nv[k] > 0) SoftmaxRow(d, s[k], it.m[idx[k]], it.l[idx[k]], o[k], it.dv);
+    if (nv[k] > 0)
+      SoftmaxRow(d, s[k], it.m[idx[k]], lsum + size_t(idx[k]) * kLsumLanes, o[k], it.dv);
     // A row that sees nothing here keeps its state; its p stay 0 below.
     else
       std::fill(s[k], s[k] + kTile, 0.0f);
@@ -659,11 +662,13 @@ void RunItemT(D d, const Item& it) {
   float* vbuf = kbuf + round_up_floats(size_t(kTile) * dk);
   auto* ubuf = reinterpret_cast<uint8_t*>(vbuf + round_up_floats(size_t(kTile) * dv));
   float* qbuf = vbuf + round_up_floats(size_t(kTile) * dv) + untiled_floats(dk, dv);
+  float* lsum = qbuf + round_up_floats(size_t(rows) * int_query_floats(dk));
 
   for (int r = 0; r < rows; ++r) {
     it.m[r] = -std::numeric_limits<float>::infinity();
     it.l[r] = 0.0f;
   }
+  std::fill(lsum, lsum + size_t(rows) * kLsumLanes, 0.0f);
   std::fill(it.o, it.o + size_t(rows) * dv, 0.0f);
 #if SUSTAIN_ATTN_VNNI
   // q quantized once per item, not per tile (state row order, as below).
@@ -753,21 +758,27 @@ void RunItemT(D d, const Item& it) {
         switch (cnt) {
 #if !HWY_HAVE_SCALABLE
           case 4:
-            TileRows<4, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf);
+            TileRows<4, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf, lsum);
             break;
           case 3:
-            TileRows<3, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf);
+            TileRows<3, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf, lsum);
             break;
           case 2:
-            TileRows<2, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf);
+            TileRows<2, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf, lsum);
             break;
 #endif
           default:
-            TileRows<1, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf);
+            TileRows<1, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf, lsum);
         }
       }
     }
     key += n;
+  }
+  const size_t NT = hn::Lanes(hn::CappedTag<float, kTile>());
+  for (int r = 0; r < rows; ++r) {
+    float l = 0.0f;
+    for (size_t j = 0; j < NT; ++j) l += lsum[size_t(r) * kLsumLanes + j];
+    it.l[r] = l;
   }
 }
 

@@ -71,15 +71,20 @@ inline size_t untiled_floats(int dk, int dv) {
   return round_up_floats(size_t(kTile) * (dk + dv) * 34 / 32 / sizeof(float) + 2 * kTile);
 }
 
+// Lanes of a state row's running softmax sum l, kept as a vector while an
+// item runs (one horizontal sum per item, not per tile).
+inline constexpr int kLsumLanes = 16;
+
 // Workspace floats the kernel needs beside its outputs: a tile of scores
 // per row of a row group, a tile of K and V rows converted to f32 (formats
 // other than F32/F16 are dequantized a tile at a time, never the whole
 // cache), a tile of rows untiled (where no tiled kernel reads the format),
-// and the int8 (or bf16) queries of up to `rows` state rows.
+// the int8 (or bf16) queries of up to `rows` state rows, and their sums l.
 inline size_t work_floats(int dk, int dv, int rows) {
   return round_up_floats(size_t(kScoreRows) * kTile) + round_up_floats(size_t(kTile) * dk) +
          round_up_floats(size_t(kTile) * dv) + untiled_floats(dk, dv) +
-         round_up_floats(size_t(rows) * int_query_floats(dk));
+         round_up_floats(size_t(rows) * int_query_floats(dk)) +
+         round_up_floats(size_t(rows) * kLsumLanes);
 }
 
 void run_item(const Item& it);
