@@ -24,7 +24,21 @@ inline Q8Query Q8QueryAt(float* base, int dk) {
 }
 
 // Quantizes q (dk floats) into the row at base, like Q8_0 but with an f32
-// scale (rounding to nearest, ties away like lroundf).
+// scale (rounding to nearest, ties away like lroundf), a block of 32 in two
+// vectors: once per row and item, which with 8 split items per layer and a
+// scalar lroundf per element was a fifth of decode attention at 4K.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+// round(t) with ties away from zero, clamped to [-127, 127], as int32:
+// trunc(t) plus sign(t) where |t - trunc(t)| >= 0.5 (the difference is exact).
+HWY_INLINE __m512i RoundAwayClamp127(__m512 t) {
+  const __m512 tr = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(t, tr));
+  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(t, _mm512_set1_ps(-0.0f)));
+  const __m512i v = _mm512_cvttps_epi32(_mm512_mask_add_ps(tr, up, tr, one));
+  return _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+}
 inline void QuantizeQuery(const float* q, int dk, float scale, float* base) {
   const int nbp = int((size_t(dk) + 63) / 64 * 2);
   auto* qs = reinterpret_cast<int8_t*>(base);
@@ -39,20 +53,19 @@ inline void QuantizeQuery(const float* q, int dk, float scale, float* base) {
       continue;
     }
     const float* x = q + b * kQK;
-    float amax = 0.0f;
-    for (int i = 0; i < kQK; ++i) amax = std::max(amax, std::abs(x[i]));
+    const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
     const float db = amax / 127.0f;
-    const float inv = db > 0.0f ? 1.0f / db : 0.0f;
-    int32_t sum = 0;
-    for (int i = 0; i < kQK; ++i) {
-      const int v = static_cast<int>(std::lround(x[i] * inv));
-      out[i] = static_cast<int8_t>(std::clamp(v, -127, 127));
-      sum += out[i];
-    }
+    const __m512 inv = _mm512_set1_ps(db > 0.0f ? 1.0f / db : 0.0f);
+    const __m512i v0 = RoundAwayClamp127(_mm512_mul_ps(x0, inv));
+    const __m512i v1 = RoundAwayClamp127(_mm512_mul_ps(x1, inv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(v0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_cvtepi32_epi8(v1));
     d[b] = db * scale;
-    corr[b] = 128 * sum;
+    corr[b] = 128 * _mm512_reduce_add_epi32(_mm512_add_epi32(v0, v1));
   }
 }
+#pragma GCC pop_options
 
 // The VNNI functions below use raw intrinsics only: Highway's ops carry its
 // AVX3_DL target string (with avxvnni), which functions compiled without
