@@ -80,11 +80,12 @@ HWY_INLINE __m512 DotBf16(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
 }
 
-// scores[r][16g + t] = q_r · k_t (scale folded into q) for G consecutive
-// 16-key groups at ksrc, nb group-blocks of 32 elements each.
+// scores[r][16g + t] = q_r · k_t (scale folded into q) for G 16-key groups,
+// group g's nb group-blocks of 32 elements at gp[g].
 template <int R, int G>
-HWY_INLINE void ScoreGroupsFp8(const uint16_t* const* q, const uint8_t* ksrc, int nb,
-                               const Fp8Table& t, float* const* scores, int j0) {
+HWY_INLINE void ScoreGroupsFp8(const uint16_t* const* q, const uint8_t* const* gp, int nb,
+                               const Fp8Table& t, float* const* scores, int j0,
+                               LineCursor& next) {
   __m512 acc[G][R][2];
   for (int g = 0; g < G; ++g)
     for (int r = 0; r < R; ++r) acc[g][r][0] = acc[g][r][1] = _mm512_setzero_ps();
@@ -97,7 +98,8 @@ HWY_INLINE void ScoreGroupsFp8(const uint16_t* const* q, const uint8_t* ksrc, in
       }
       for (int g = 0; g < G; ++g) {
         __m512i a, bb;
-        Fp8LineToBf16(_mm512_loadu_si512(ksrc + (size_t(g) * nb + b) * 512 + 64 * c), t, a, bb);
+        Fp8LineToBf16(_mm512_loadu_si512(gp[g] + size_t(b) * 512 + 64 * c), t, a, bb);
+        next.step();
         for (int r = 0; r < R; ++r) {
           acc[g][r][0] = DotBf16(acc[g][r][0], a, q01[r]);
           acc[g][r][1] = DotBf16(acc[g][r][1], bb, q23[r]);
@@ -111,19 +113,19 @@ HWY_INLINE void ScoreGroupsFp8(const uint16_t* const* q, const uint8_t* ksrc, in
 }
 
 // scores[r][j] = q_r · k_j for the keys of whole 16-key groups covering
-// [0, n) of a tile at ksrc (keys past n score stale bytes; the caller masks
-// them). q[r]: row r's bf16 query (Bf16Query).
+// [0, n) of a tile, group g at groups[g] (keys past n score stale bytes;
+// the caller masks them). q[r]: row r's bf16 query (Bf16Query).
 template <int R>
-HWY_NOINLINE void ScoreRowsFp8Tiled(const uint16_t* const* q, const uint8_t* ksrc, int n, int dk,
-                                    float* const* scores) {
+HWY_NOINLINE void ScoreRowsFp8Tiled(const uint16_t* const* q, const uint8_t* const* groups, int n,
+                                    int dk, float* const* scores, LineCursor& next, bool touch) {
   const int nb = dk / kQK;
-  const size_t group_bytes = size_t(nb) * 512;
-  TouchLines(ksrc, group_bytes * size_t((n + 15) / 16));
+  const int n_groups = (n + 15) / 16;
+  if (touch)
+    for (int g = 0; g < n_groups; ++g) TouchLines(groups[g], size_t(nb) * 512);
   const Fp8Table t = LoadFp8Table();
   int j = 0;
-  for (; j + 16 < n; j += 32)
-    ScoreGroupsFp8<R, 2>(q, ksrc + (j / 16) * group_bytes, nb, t, scores, j);
-  if (j < n) ScoreGroupsFp8<R, 1>(q, ksrc + (j / 16) * group_bytes, nb, t, scores, j);
+  for (; j + 16 < n; j += 32) ScoreGroupsFp8<R, 2>(q, groups + j / 16, nb, t, scores, j, next);
+  if (j < n) ScoreGroupsFp8<R, 1>(q, groups + j / 16, nb, t, scores, j, next);
 }
 
 // Byte masks of a value line that keep keys 4s .. 4s + live - 1 of its quad
@@ -136,21 +138,25 @@ constexpr uint64_t Fp8LiveMask(int live) {
   return m;
 }
 
-// o_r += sum_j p_r[j] v_j for j < n, V tiled FP8: p rounded to bf16 pairs
-// (keys 2i, 2i + 1 in one 32-bit lane), 16 elements of V per vector.
-// `work`: R × kTile bf16.
+// o_r += sum_j p_r[j] v_j for j < n (n <= kTileTiled), V tiled FP8, group
+// g at groups[g]: p rounded to bf16 pairs (keys 2i, 2i + 1 in one 32-bit
+// lane), 16 elements of V per vector. `work`: R × kTileTiled bf16.
 template <int R>
-HWY_NOINLINE void AccumulateRowsFp8Tiled(const float* const* p, const uint8_t* vsrc, int n,
-                                         int dv, float* const* o, float* work) {
+HWY_NOINLINE void AccumulateRowsFp8Tiled(const float* const* p, const uint8_t* const* groups,
+                                         int n, int dv, float* const* o, float* work,
+                                         LineCursor& next, bool touch) {
   static constexpr uint64_t kLive[4] = {Fp8LiveMask(0), Fp8LiveMask(1), Fp8LiveMask(2),
                                         Fp8LiveMask(3)};
   const int nb = dv / kQK;
   const int n_groups = (n + 15) / 16;
-  TouchLines(vsrc, size_t(n_groups) * nb * 512);
-  auto* pw = reinterpret_cast<uint16_t*>(work);  // [R][kTile]
+  if (touch)
+    for (int g = 0; g < n_groups; ++g) TouchLines(groups[g], size_t(nb) * 512);
+  auto* pw = reinterpret_cast<uint16_t*>(work);  // [R][kTileTiled]
   for (int r = 0; r < R; ++r)
-    _mm512_storeu_si512(pw + r * kTile, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
-                                            _mm512_loadu_ps(p[r] + 16), _mm512_loadu_ps(p[r]))));
+    for (int j = 0; j < 16 * n_groups; j += 32)
+      _mm512_storeu_si512(pw + r * kTileTiled + j,
+                          reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
+                              _mm512_loadu_ps(p[r] + j + 16), _mm512_loadu_ps(p[r] + j))));
   const Fp8Table t = LoadFp8Table();
   for (int b = 0; b < nb; ++b) {
     // acc[r][h][k]: elements 32b + 16h + lane, from items 0, 1 (k = 0) and
@@ -159,17 +165,18 @@ HWY_NOINLINE void AccumulateRowsFp8Tiled(const float* const* p, const uint8_t* v
     for (int r = 0; r < R; ++r)
       for (int h = 0; h < 2; ++h) acc[r][h][0] = acc[r][h][1] = _mm512_setzero_ps();
     for (int g = 0; g < n_groups; ++g) {
-      const uint8_t* gb = vsrc + (size_t(g) * nb + b) * 512;
+      const uint8_t* gb = groups[g] + size_t(b) * 512;
       for (int s = 0; s < 4; ++s) {
         const int live = n - 16 * g - 4 * s;
         if (live <= 0) break;
         __m512i p01[R], p23[R];
         for (int r = 0; r < R; ++r) {
-          p01[r] = Broadcast32(pw + r * kTile + 16 * g + 4 * s);
-          p23[r] = Broadcast32(pw + r * kTile + 16 * g + 4 * s + 2);
+          p01[r] = Broadcast32(pw + r * kTileTiled + 16 * g + 4 * s);
+          p23[r] = Broadcast32(pw + r * kTileTiled + 16 * g + 4 * s + 2);
         }
         for (int h = 0; h < 2; ++h) {
           __m512i x = _mm512_loadu_si512(gb + (2 * s + h) * 64);
+          next.step();
           if (live < 4) x = _mm512_maskz_mov_epi8(kLive[live], x);
           __m512i a, bb;
           Fp8LineToBf16(x, t, a, bb);

@@ -532,19 +532,20 @@ HWY_INLINE hn::Vec<D> ExpNonPositive(D d, hn::Vec<D> x) {
 }
 
 // The online-softmax update of one row for a tile whose scores (masked
-// entries -inf, at least one visible) are in s[0, kTile): s becomes the
+// entries -inf, at least one visible) are in s[0, NK): s becomes the
 // probabilities exp(s - m_new); l and o are rescaled when the maximum grows.
-// l is kept as lv[0, Lanes) partial sums (kLsumLanes floats).
-template <class D>
+// l is kept as lv[0, Lanes) partial sums (kLsumLanes floats, Lanes of a
+// kTile-capped vector whatever NK).
+template <int NK, class D>
 HWY_INLINE void SoftmaxRow(D d, float* s, float& m, float* lv, float* o, int dv) {
   const hn::CappedTag<float, kTile> dt;
   const size_t NT = hn::Lanes(dt);
   auto vmax = hn::LoadU(dt, s);
-  for (size_t j = NT; j < size_t(kTile); j += NT) vmax = hn::Max(vmax, hn::LoadU(dt, s + j));
+  for (size_t j = NT; j < size_t(NK); j += NT) vmax = hn::Max(vmax, hn::LoadU(dt, s + j));
   const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(dt, vmax)));
   const auto vm = hn::Set(dt, m_new);
   auto vsum = hn::Zero(dt);
-  for (size_t j = 0; j < size_t(kTile); j += NT) {
+  for (size_t j = 0; j < size_t(NK); j += NT) {
     const auto e = ExpNonPositive(dt, hn::Sub(hn::LoadU(dt, s + j), vm));
     vsum = hn::Add(vsum, e);
     hn::StoreU(e, dt, s + j);
@@ -562,22 +563,24 @@ HWY_INLINE void SoftmaxRow(D d, float* s, float& m, float* lv, float* o, int dv)
   }
 }
 
-// One tile for a group of R rows: scores, softmax update, o += p · V.
-// q[k]: row k's query; idx[k]: its state row; nv[k]: keys of the tile it may
-// see (0..n).
+// One tile of up to NK keys for a group of R rows: scores, softmax update,
+// o += p · V. q[k]: row k's query; idx[k]: its state row; nv[k]: keys of the
+// tile it may see (0..n). krows / vrows: the tile's rows (row readers);
+// kgroups / vgroups: its 16-key groups (the tiled kernels).
 // qbuf: the item's int8 queries where K is Q8_0 on a VNNI target (else
 // unused); vwork: room for AccumulateRowsQ8's pd where V is Q8_0 in place.
-template <int R, class KF, class VF, class D>
+template <int R, int NK, class KF, class VF, class D>
 HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* idx, const int* nv,
                          const uint8_t* krows, size_t kstride, const uint8_t* vrows, size_t vstride,
+                         const uint8_t* const* kgroups, const uint8_t* const* vgroups,
                          float* scores, const Prefetch& pf, float* qbuf, float* vwork,
-                         float* lsum) {
+                         float* lsum, LineCursor& next, bool touch) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float* s[R];
   float* o[R];
   int n_max = 0;
   for (int k = 0; k < R; ++k) {
-    s[k] = scores + size_t(k) * kTile;
+    s[k] = scores + size_t(k) * kTileMax;
     o[k] = it.o + size_t(idx[k]) * it.dv;
     n_max = std::max(n_max, nv[k]);
   }
@@ -586,13 +589,13 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
     const uint16_t* qb[R];
     for (int k = 0; k < R; ++k)
       qb[k] = reinterpret_cast<const uint16_t*>(qbuf + size_t(idx[k]) * int_query_floats(it.dk));
-    ScoreRowsFp8Tiled<R>(qb, krows, n_max, it.dk, s);
+    ScoreRowsFp8Tiled<R>(qb, kgroups, n_max, it.dk, s, next, touch);
   } else if constexpr (kIntQuery<KF>) {
     Q8Query qq[R];
     for (int k = 0; k < R; ++k)
       qq[k] = Q8QueryAt(qbuf + size_t(idx[k]) * int_query_floats(it.dk), it.dk);
     if constexpr (kIsTiled<KF>)
-      ScoreRowsTiled<R, KF::kType>(qq, krows, n_max, it.dk, s, pf);
+      ScoreRowsTiled<R, KF::kType>(qq, kgroups, n_max, it.dk, s, pf, next, touch);
     else if constexpr (std::is_same_v<KF, Q8Rows>)
       ScoreRowsQ8<R>(qq, krows, kstride, n_max, it.dk, s, pf);
     else if constexpr (std::is_same_v<KF, Q4_0Rows>)
@@ -609,18 +612,18 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
     ScoreRows<R, KF>(d, q, krows, kstride, n_max, it.dk, it.scale, s, pf);
   }
   for (int k = 0; k < R; ++k) {
-    std::fill(s[k] + nv[k], s[k] + kTile, kNegInf);
+    std::fill(s[k] + nv[k], s[k] + NK, kNegInf);
     if (nv[k] > 0)
-      SoftmaxRow(d, s[k], it.m[idx[k]], lsum + size_t(idx[k]) * kLsumLanes, o[k], it.dv);
+      SoftmaxRow<NK>(d, s[k], it.m[idx[k]], lsum + size_t(idx[k]) * kLsumLanes, o[k], it.dv);
     // A row that sees nothing here keeps its state; its p stay 0 below.
     else
-      std::fill(s[k], s[k] + kTile, 0.0f);
+      std::fill(s[k], s[k] + NK, 0.0f);
   }
 #if SUSTAIN_ATTN_VNNI
   if constexpr (std::is_same_v<VF, TiledRows<QType::FP8_E4M3>>)
-    AccumulateRowsFp8Tiled<R>(s, vrows, n_max, it.dv, o, vwork);
+    AccumulateRowsFp8Tiled<R>(s, vgroups, n_max, it.dv, o, vwork, next, touch);
   else if constexpr (kIsTiled<VF>)
-    AccumulateRowsTiled<R, VF::kType>(s, vrows, n_max, it.dv, o, vwork);
+    AccumulateRowsTiled<R, VF::kType>(s, vgroups, n_max, it.dv, o, vwork, next, touch);
   else if constexpr (std::is_same_v<VF, Q8Rows>)
     AccumulateRowsQ8Int<R>(s, vrows, vstride, n_max, it.dv, o, vwork);
   else if constexpr (std::is_same_v<VF, Q4_0Rows>)
@@ -657,8 +660,8 @@ void RunItemT(D d, const Item& it) {
   const bool untile_k = g.k_tiled() && !kIsTiled<KF>;
   const bool untile_v = g.v_tiled() && !kIsTiled<VF>;
 
-  float* scores = it.work;  // [kScoreRows][kTile]
-  float* kbuf = scores + round_up_floats(size_t(kScoreRows) * kTile);
+  float* scores = it.work;  // [kScoreRows][kTileMax]
+  float* kbuf = scores + round_up_floats(size_t(kScoreRows) * kTileMax);
   float* vbuf = kbuf + round_up_floats(size_t(kTile) * dk);
   auto* ubuf = reinterpret_cast<uint8_t*>(vbuf + round_up_floats(size_t(kTile) * dv));
   float* qbuf = vbuf + round_up_floats(size_t(kTile) * dv) + untiled_floats(dk, dv);
@@ -686,25 +689,84 @@ void RunItemT(D d, const Item& it) {
   }
 #endif
 
+  // Where both K and V are read by the tiled kernels, a tile is up to
+  // kTileTiled keys in 16-key groups, which may lie on different pages (item
+  // boundaries are page-aligned and tiled pages hold whole groups, so every
+  // group starts at a group boundary), and each (tile, KV head) unit asks
+  // for the next unit's lines as it loads its own (LineCursor). Otherwise a
+  // tile is up to kTile rows of one page, its lines asked for at its start.
+  constexpr bool kGroupTiles = kIsTiled<KF> && kIsTiled<VF>;
+  constexpr int NK = kGroupTiles ? kTileTiled : kTile;
+  constexpr int kMaxGroups = kTileTiled / kv::kTileKeys;
   for (int64_t key = it.k_begin; key < it.k_end;) {
     const int32_t page = it.pages[key / pt];
     const int slot = static_cast<int>(key % pt);
-    const int n = static_cast<int>(std::min<int64_t>({kTile, pt - slot, it.k_end - key}));
-    // Where the next tile is on a page that does not follow this one in
-    // memory, its rows are prefetched while this tile is computed: the
+    const int64_t left = it.k_end - key;
+    const int n = static_cast<int>(kGroupTiles ? std::min<int64_t>(NK, left)
+                                               : std::min<int64_t>({NK, pt - slot, left}));
+    // The page and slot of each 16-key group, for the tiled kernels.
+    int32_t group_page[kMaxGroups];
+    int group_slot[kMaxGroups];
+    const int n_groups = kIsTiled<KF> || kIsTiled<VF> ? (n + kv::kTileKeys - 1) / kv::kTileKeys : 0;
+    for (int g = 0; g < n_groups; ++g) {
+      const int64_t kg = key + int64_t(g) * kv::kTileKeys;
+      group_page[g] = it.pages[kg / pt];
+      group_slot[g] = static_cast<int>(kg % pt);
+    }
+    // Where the next tile is on a page that does not follow this tile's last
+    // in memory, its rows are prefetched while this tile is computed: the
     // hardware prefetcher follows a contiguous stream, not a jump.
+    const int32_t last_page = it.pages[(key + n - 1) / pt];
     int32_t jump_page = -1;
     int jump_slot = 0, jump_n = 0;
-    if (const int64_t next = key + n;
-        next < it.k_end && it.pages[next / pt] != page && it.pages[next / pt] != page + 1) {
+    // (The group tiles' cursor covers the next tile wherever it is.)
+    if (const int64_t next = key + n; !kGroupTiles && next < it.k_end &&
+                                      it.pages[next / pt] != last_page &&
+                                      it.pages[next / pt] != last_page + 1) {
       jump_page = it.pages[next / pt];
       jump_slot = static_cast<int>(next % pt);
-      jump_n = static_cast<int>(std::min<int64_t>({kTile, pt - jump_slot, it.k_end - next}));
+      jump_n = static_cast<int>(std::min<int64_t>({NK, pt - jump_slot, it.k_end - next}));
     }
 
     for (int hk = it.head_begin; hk < it.head_end; ++hk) {
       const uint8_t* ksrc = cache.k_block(page, it.layer, hk) + slot * krb;
       const uint8_t* vsrc = cache.v_block(page, it.layer, hk) + slot * vrb;
+      const uint8_t* kgroups[kMaxGroups];
+      const uint8_t* vgroups[kMaxGroups];
+      for (int g = 0; g < n_groups; ++g) {
+        if constexpr (kIsTiled<KF>)
+          kgroups[g] = cache.k_block(group_page[g], it.layer, hk) + group_slot[g] * krb;
+        if constexpr (kIsTiled<VF>)
+          vgroups[g] = cache.v_block(group_page[g], it.layer, hk) + group_slot[g] * vrb;
+      }
+      // The next unit's lines: this tile's next head, or the next tile's
+      // first head.
+      const bool covered = kGroupTiles && (key != it.k_begin || hk != it.head_begin);
+      LineCursor next;
+      if constexpr (kGroupTiles) {
+        int64_t nkey = key;
+        int nhk = hk + 1;
+        if (nhk == it.head_end) {
+          nkey = key + n;
+          nhk = it.head_begin;
+        }
+        if (nkey < it.k_end) {
+          const int nn = static_cast<int>(std::min<int64_t>(NK, it.k_end - nkey));
+          const int ng = (nn + kv::kTileKeys - 1) / kv::kTileKeys;
+          const size_t kbytes = size_t(kv::kTileKeys) * krb, vbytes = size_t(kv::kTileKeys) * vrb;
+          int32_t np[kMaxGroups];
+          int ns[kMaxGroups];
+          for (int gi = 0; gi < ng; ++gi) {
+            const int64_t kg = nkey + int64_t(gi) * kv::kTileKeys;
+            np[gi] = it.pages[kg / pt];
+            ns[gi] = static_cast<int>(kg % pt);
+          }
+          for (int gi = 0; gi < ng; ++gi)
+            next.add(cache.k_block(np[gi], it.layer, nhk) + ns[gi] * krb, kbytes);
+          for (int gi = 0; gi < ng; ++gi)
+            next.add(cache.v_block(np[gi], it.layer, nhk) + ns[gi] * vrb, vbytes);
+        }
+      }
       Prefetch pf;
       if (jump_page >= 0) {
         pf.k = cache.k_block(jump_page, it.layer, hk) + jump_slot * krb;
@@ -755,20 +817,27 @@ void RunItemT(D d, const Item& it) {
           nv[k] = static_cast<int>(std::clamp<int64_t>(it.queries[b].n_visible - key, 0, n));
         }
         const Prefetch& p = x0 == 0 ? pf : Prefetch();
+        // The kernels ask for the unit's lines at once unless the previous
+        // unit's cursor already did (or an earlier row group of this one).
+        const bool touch = x0 == 0 && !covered;
         switch (cnt) {
 #if !HWY_HAVE_SCALABLE
           case 4:
-            TileRows<4, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf, lsum);
+            TileRows<4, NK, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, kgroups,
+                                     vgroups, scores, p, qbuf, vbuf, lsum, next, touch);
             break;
           case 3:
-            TileRows<3, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf, lsum);
+            TileRows<3, NK, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, kgroups,
+                                     vgroups, scores, p, qbuf, vbuf, lsum, next, touch);
             break;
           case 2:
-            TileRows<2, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf, lsum);
+            TileRows<2, NK, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, kgroups,
+                                     vgroups, scores, p, qbuf, vbuf, lsum, next, touch);
             break;
 #endif
           default:
-            TileRows<1, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, scores, p, qbuf, vbuf, lsum);
+            TileRows<1, NK, KF, VF>(d, it, q, idx, nv, ksrc, kstride, vsrc, vstride, kgroups,
+                                    vgroups, scores, p, qbuf, vbuf, lsum, next, touch);
         }
       }
     }

@@ -7,7 +7,10 @@
 //
 // Against the row-major kernels (attend_vnni-inl.h) this removes the
 // per-key inserts, the transposes that reduce four keys' lane sums, and the
-// gathering of block scales: scales of 16 keys are one 32-byte load.
+// gathering of block scales: scales of 16 keys are one 32-byte load. A
+// tile is up to kTileTiled keys whose 16-key groups are passed one pointer
+// each (they may lie on different pages); every 64-byte load also asks for
+// a line of the next unit (LineCursor, kernel.h).
 //
 // Compile-time facts of a tiled group-block, mirroring kv::tile_format
 // (the attention tests check the kernels against the reference, which reads
@@ -67,13 +70,13 @@ HWY_INLINE uint64_t Mask64(const uint8_t* p) {
   return m;
 }
 
-// scores[r][16g + t] = scale · q_r · k_t for G consecutive 16-key groups
-// at `ksrc`: per group-block, integer dots of 16 keys per vector, scaled
-// once per block. Each (group, row) has two dot accumulators (vpdpbusd's
-// latency is ~5 cycles: 4·G·R independent chains keep it busy).
+// scores[r][16g + t] = scale · q_r · k_t for G 16-key groups, group g's
+// blocks at gp[g]: per group-block, integer dots of 16 keys per vector,
+// scaled once per block. Each (group, row) has two dot accumulators
+// (vpdpbusd's latency is ~5 cycles: 4·G·R independent chains keep it busy).
 template <int R, int G, QType T>
-HWY_INLINE void ScoreGroupsTiled(const Q8Query* q, const uint8_t* ksrc, int nb,
-                                 float* const* scores, int j0) {
+HWY_INLINE void ScoreGroupsTiled(const Q8Query* q, const uint8_t* const* gp, int nb,
+                                 float* const* scores, int j0, LineCursor& next) {
   using F = TiledFmt<T>;
   const __m512i nib = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(16);
   __m512 acc[G][R];
@@ -81,7 +84,7 @@ HWY_INLINE void ScoreGroupsTiled(const Q8Query* q, const uint8_t* ksrc, int nb,
     for (int r = 0; r < R; ++r) acc[g][r] = _mm512_setzero_ps();
   for (int b = 0; b < nb; ++b) {
     const uint8_t* gb[G];
-    for (int g = 0; g < G; ++g) gb[g] = ksrc + (size_t(g) * nb + b) * F::kSize;
+    for (int g = 0; g < G; ++g) gb[g] = gp[g] + size_t(b) * F::kSize;
     __m512i dot[G][R][2];
     for (int r = 0; r < R; ++r) {
       // Q8_0: codes are +128, so 128 × sum(q) = corr comes off; the
@@ -100,6 +103,7 @@ HWY_INLINE void ScoreGroupsTiled(const Q8Query* q, const uint8_t* ksrc, int nb,
         for (int r = 0; r < R; ++r) qv[r] = Broadcast32(qb[r] + 4 * c);
         for (int g = 0; g < G; ++g) {
           const __m512i x = _mm512_loadu_si512(gb[g] + F::kCodesOff + 64 * c);
+          next.step();
           for (int r = 0; r < R; ++r)
             dot[g][r][c & 1] = _mm512_dpbusd_epi32(dot[g][r][c & 1], x, qv[r]);
         }
@@ -113,6 +117,7 @@ HWY_INLINE void ScoreGroupsTiled(const Q8Query* q, const uint8_t* ksrc, int nb,
         }
         for (int g = 0; g < G; ++g) {
           const __m512i x = _mm512_loadu_si512(gb[g] + F::kCodesOff + 64 * i);
+          next.step();
           __m512i lo = _mm512_and_si512(x, nib);
           __m512i hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), nib);
           if constexpr (F::kHigh) {
@@ -127,6 +132,8 @@ HWY_INLINE void ScoreGroupsTiled(const Q8Query* q, const uint8_t* ksrc, int nb,
       }
     }
     for (int g = 0; g < G; ++g) {
+      next.step();  // the scales' line (and minimums' or high bits')
+      if constexpr (F::kMin || F::kHigh) next.step();
       const __m512 kd =
           _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb[g])));
       __m512 km = _mm512_setzero_ps();
@@ -148,60 +155,70 @@ HWY_INLINE void ScoreGroupsTiled(const Q8Query* q, const uint8_t* ksrc, int nb,
 }
 
 // scores[r][j] = scale · q_r · k_j for the keys of whole 16-key groups
-// covering [0, n) of a tile at `ksrc` (a group boundary), two groups at a
+// covering [0, n) of a tile, group g's blocks at groups[g], two groups at a
 // time.
 template <int R, QType T>
-HWY_NOINLINE void ScoreRowsTiled(const Q8Query* q, const uint8_t* ksrc, int n, int dk,
-                                 float* const* scores, const Prefetch& pf) {
+HWY_NOINLINE void ScoreRowsTiled(const Q8Query* q, const uint8_t* const* groups, int n, int dk,
+                                 float* const* scores, const Prefetch& pf, LineCursor& next,
+                                 bool touch) {
   const int nb = dk / kQK;
   const size_t group_bytes = size_t(nb) * TiledFmt<T>::kSize;
-  TouchLines(ksrc, group_bytes * size_t((n + 15) / 16));
+  const int n_groups = (n + 15) / 16;
+  if (touch) for (int g = 0; g < n_groups; ++g) TouchLines(groups[g], group_bytes);
   int j = 0;
   for (; j + 16 < n; j += 32) {
     PrefetchQ8(pf, j, 32);
-    ScoreGroupsTiled<R, 2, T>(q, ksrc + (j / 16) * group_bytes, nb, scores, j);
+    ScoreGroupsTiled<R, 2, T>(q, groups + j / 16, nb, scores, j, next);
   }
   if (j < n) {
     PrefetchQ8(pf, j, 16);
-    ScoreGroupsTiled<R, 1, T>(q, ksrc + (j / 16) * group_bytes, nb, scores, j);
+    ScoreGroupsTiled<R, 1, T>(q, groups + j / 16, nb, scores, j, next);
   }
 }
 
-// o_r += sum_j p_r[j] v_j for j < n, V tiled: per row and block the weights
-// w_j = p_r[j] · d_j are quantized to 15-bit integers W_j (against the bound
-// max_j p_r[j] × max_j |d_j|, as VScales) and split into two int8 halves,
-// W = 256·hi + lo, so vpdpbusd multiplies four keys' u8 codes by their
-// weights per 32-bit lane: 64 multiply-adds per instruction, two
-// instructions per weight, the same as vpdpwssd's 32 but with no widening of
-// the codes. Both sums are exact in int32 (32 keys × 255 × 128 × 256 < 2^31).
-// p is 0 past each row's visible keys; d and m past n are masked to 0.
-// `work`: 2 × R × kTile bytes.
+// o_r += sum_j p_r[j] v_j for j < n (n <= kTileTiled), V tiled, group g's
+// blocks at groups[g]: per row and block the weights w_j = p_r[j] · d_j
+// are quantized to 15-bit integers W_j (against the bound max_j p_r[j] ×
+// max_j |d_j|, as VScales) and split into two int8 halves, W = 256·hi + lo,
+// so vpdpbusd multiplies four keys' u8 codes by their weights per 32-bit
+// lane: 64 multiply-adds per instruction, two instructions per weight, the
+// same as vpdpwssd's 32 but with no widening of the codes. Both sums are
+// exact in int32 (64 keys × 255 × 128 × 256 < 2^31). p is 0 past each row's
+// visible keys; d and m past n are masked to 0.
+// `work`: R × 2 × kTileTiled bytes.
 template <int R, QType T>
-HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* vsrc, int n, int dv,
-                                      float* const* o, float* work) {
+HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* const* groups, int n,
+                                      int dv, float* const* o, float* work, LineCursor& next,
+                                      bool touch) {
+  static_assert(kTileTiled == 64, "the weight bytes below are laid out for 4 groups");
   using F = TiledFmt<T>;
   const int nb = dv / kQK;
   const int n_groups = (n + 15) / 16;
-  TouchLines(vsrc, size_t(n_groups) * nb * F::kSize);
-  const __mmask16 live[2] = {LiveKeys(n), LiveKeys(n - 16)};
-  auto* wbytes = reinterpret_cast<int8_t*>(work);  // [R][hi, lo][kTile]
+  const int n_pairs = (n_groups + 1) / 2;
+  if (touch) for (int g = 0; g < n_groups; ++g) TouchLines(groups[g], size_t(nb) * F::kSize);
+  __mmask16 live[4];
+  for (int g = 0; g < 4; ++g) live[g] = LiveKeys(n - 16 * g);
+  // Per row 128 bytes: for keys 0..31, then 32..63, their 32 hi bytes then
+  // their 32 lo bytes.
+  auto* wbytes = reinterpret_cast<int8_t*>(work);
   const __m512i nib512 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(16);
   // Byte 1 (hi), then byte 0 (lo), of the 32 dwords of two vectors; bit 7
   // of the lo bytes flipped.
   const __m512i split = _mm512_load_si512(kSplitBytes.idx);
   const __m512i flip = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi8(char(0x80)), 1);
   float pmax[R];
-  __m512 pv[R][2];
   for (int r = 0; r < R; ++r) {
-    pv[r][0] = _mm512_loadu_ps(p[r]);
-    pv[r][1] = _mm512_loadu_ps(p[r] + 16);
-    pmax[r] = _mm512_reduce_max_ps(_mm512_max_ps(pv[r][0], pv[r][1]));
+    __m512 mx = _mm512_loadu_ps(p[r]);
+    for (int g = 1; g < n_groups; ++g) mx = _mm512_max_ps(mx, _mm512_loadu_ps(p[r] + 16 * g));
+    pmax[r] = _mm512_reduce_max_ps(mx);
   }
   for (int b = 0; b < nb; ++b) {
-    __m512 d[2], m[2];
+    __m512 d[4], m[4];
     __m512 dabs = _mm512_setzero_ps();
     for (int g = 0; g < n_groups; ++g) {
-      const uint8_t* gb = vsrc + (size_t(g) * nb + b) * F::kSize;
+      const uint8_t* gb = groups[g] + size_t(b) * F::kSize;
+      next.step();  // the scales' line (and minimums' or high bits')
+      if constexpr (F::kMin || F::kHigh) next.step();
       d[g] = Half16(gb, live[g]);
       if constexpr (F::kMin) m[g] = Half16(gb + 32, live[g]);
       dabs = _mm512_max_ps(dabs, _mm512_abs_ps(d[g]));
@@ -212,27 +229,33 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* vsrc
       const float bound = pmax[r] * dmax;
       const float inv = bound > 1e-30f ? 32639.0f / bound : 0.0f;
       step[r] = inv > 0.0f ? bound * (1.0f / 32639.0f) : 0.0f;
-      float min_term = 0.0f;
-      __m512i w[2];  // W + 128, keys 16g + lane
-      for (int g = 0; g < 2; ++g) {
-        w[g] = _mm512_set1_epi32(128);
-        if (g < n_groups) {
-          w[g] = _mm512_add_epi32(
-              w[g], _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv[r][g], d[g]),
-                                                     _mm512_set1_ps(inv))));
-          if constexpr (F::kMin)
-            min_term += _mm512_reduce_add_ps(_mm512_mul_ps(pv[r][g], m[g]));
+      const __m512 vinv = _mm512_set1_ps(inv);
+      __m512 pm = _mm512_setzero_ps();
+      __m512i wsum = _mm512_setzero_si512();  // Σ (W + 128) over the pairs' 32 · n_pairs keys
+      for (int h = 0; h < n_pairs; ++h) {
+        __m512i w[2];  // W + 128, keys 32h + 16u + lane
+        for (int u = 0; u < 2; ++u) {
+          const int g = 2 * h + u;
+          w[u] = _mm512_set1_epi32(128);
+          if (g < n_groups) {
+            const __m512 pg = _mm512_loadu_ps(p[r] + 16 * g);
+            const __m512 wf = _mm512_mul_ps(_mm512_mul_ps(pg, d[g]), vinv);
+            w[u] = _mm512_add_epi32(w[u], _mm512_cvtps_epi32(wf));
+            if constexpr (F::kMin) pm = _mm512_fmadd_ps(pg, m[g], pm);
+          }
         }
+        wsum = _mm512_add_epi32(wsum, _mm512_add_epi32(w[0], w[1]));
+        // hi = (W + 128) >> 8 is byte 1 of W + 128; lo = W - 256 hi, the low
+        // byte of W as int8, is byte 0 of W + 128 with bit 7 flipped. One
+        // byte permute gathers the 32 keys' hi then lo bytes.
+        _mm512_storeu_si512(wbytes + 128 * r + 64 * h,
+                            _mm512_xor_si512(_mm512_permutex2var_epi8(w[0], split, w[1]), flip));
       }
-      const __m512i wsum = _mm512_add_epi32(w[0], w[1]);  // Σ W + 32 · 128
-      // hi = (W + 128) >> 8 is byte 1 of W + 128; lo = W - 256 hi, the low
-      // byte of W as int8, is byte 0 of W + 128 with bit 7 flipped. One byte
-      // permute gathers the 32 keys' hi then lo bytes, the row's 64 bytes.
-      _mm512_storeu_si512(wbytes + (2 * r) * kTile,
-                          _mm512_xor_si512(_mm512_permutex2var_epi8(w[0], split, w[1]), flip));
-      add[r] = min_term;
+      add[r] = 0.0f;
+      if constexpr (F::kMin) add[r] = _mm512_reduce_add_ps(pm);
       if constexpr (F::kOffset != 0)
-        add[r] -= float(F::kOffset) * step[r] * float(_mm512_reduce_add_epi32(wsum) - 32 * 128);
+        add[r] -= float(F::kOffset) * step[r] *
+                  float(_mm512_reduce_add_epi32(wsum) - 32 * 128 * n_pairs);
     }
     // The weights are read back from memory by broadcast loads: hidden from
     // the compiler, which otherwise extracts and broadcasts them from the
@@ -244,12 +267,14 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* vsrc
     for (int r = 0; r < R; ++r)
       for (int h = 0; h < 2; ++h) acc[r][h][0] = acc[r][h][1] = _mm512_setzero_si512();
     for (int s = 0; s < 4 * n_groups; ++s) {
-      const uint8_t* gb = vsrc + (size_t(s / 4) * nb + b) * F::kSize;
+      const uint8_t* gb = groups[s / 4] + size_t(b) * F::kSize;
       const int ss = s % 4;
       __m512i x0, x1;
+      next.step();
       if constexpr (F::kBytes) {
         x0 = _mm512_loadu_si512(gb + F::kCodesOff + 128 * ss);
         x1 = _mm512_loadu_si512(gb + F::kCodesOff + 128 * ss + 64);
+        next.step();
       } else {
         const __m512i x = _mm512_loadu_si512(gb + F::kCodesOff + 64 * ss);
         x0 = _mm512_and_si512(x, nib512);
@@ -259,9 +284,10 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* vsrc
           x1 = _mm512_mask_add_epi8(x1, Mask64(gb + F::kHighOff + 16 * ss + 8), x1, bit4);
         }
       }
+      const int8_t* wk = wread + 64 * (s / 8) + 4 * (s % 8);  // keys 4s .. 4s + 3
       for (int r = 0; r < R; ++r) {
-        const __m512i wh = Broadcast32(wread + (2 * r) * kTile + 4 * s);
-        const __m512i wl = Broadcast32(wread + (2 * r + 1) * kTile + 4 * s);
+        const __m512i wh = Broadcast32(wk + 128 * r);
+        const __m512i wl = Broadcast32(wk + 128 * r + 32);
         acc[r][0][0] = _mm512_dpbusd_epi32(acc[r][0][0], x0, wh);
         acc[r][0][1] = _mm512_dpbusd_epi32(acc[r][0][1], x0, wl);
         acc[r][1][0] = _mm512_dpbusd_epi32(acc[r][1][0], x1, wh);

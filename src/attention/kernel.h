@@ -13,7 +13,14 @@ namespace sustain::attention::detail {
 
 // Keys per tile: scores for a tile of keys are computed, exponentiated and
 // applied to V before the next tile, so a tile's K and V rows are still in L1.
+// A tile of the row readers lies within one page.
 inline constexpr int kTile = 32;
+// Keys per tile where both K and V pages are tiled (kv/tiled.h) and read by
+// the tiled kernels (block formats and FP8): up to four 16-key groups, which
+// may lie on different pages. Twice kTile halves the per-tile work (the
+// softmax maximum, the V weights' bound, split and scales).
+inline constexpr int kTileTiled = 64;
+inline constexpr int kTileMax = kTileTiled;
 // Query rows per KV head of a block (queries × heads of a GQA group).
 inline constexpr int kMaxBlockRows = 16;
 
@@ -76,16 +83,41 @@ inline size_t untiled_floats(int dk, int dv) {
 inline constexpr int kLsumLanes = 16;
 
 // Workspace floats the kernel needs beside its outputs: a tile of scores
-// per row of a row group, a tile of K and V rows converted to f32 (formats
+// per row of a row group (kTileMax apart), a tile of K and V rows converted to f32 (formats
 // other than F32/F16 are dequantized a tile at a time, never the whole
 // cache), a tile of rows untiled (where no tiled kernel reads the format),
 // the int8 (or bf16) queries of up to `rows` state rows, and their sums l.
 inline size_t work_floats(int dk, int dv, int rows) {
-  return round_up_floats(size_t(kScoreRows) * kTile) + round_up_floats(size_t(kTile) * dk) +
+  return round_up_floats(size_t(kScoreRows) * kTileMax) + round_up_floats(size_t(kTile) * dk) +
          round_up_floats(size_t(kTile) * dv) + untiled_floats(dk, dv) +
          round_up_floats(size_t(rows) * int_query_floats(dk)) +
          round_up_floats(size_t(rows) * kLsumLanes);
 }
+
+// The lines of the next (tile, KV head) unit of an item, asked for one at a
+// time from inside the current unit's loops (the tiled kernels step once
+// per 64-byte load, so a unit's worth of lines is in flight one unit
+// ahead). A burst of more prefetches than the core has fill buffers stalls
+// it; one line per load keeps a steady number in flight.
+struct LineCursor {
+  static constexpr int kMaxRanges = 8;
+  const uint8_t* p[kMaxRanges];
+  int lines[kMaxRanges];
+  int n = 0, i = 0;
+
+  void add(const uint8_t* ptr, size_t bytes) {
+    if (bytes == 0 || n == kMaxRanges) return;
+    p[n] = ptr;
+    lines[n++] = static_cast<int>((bytes + 63) / 64);
+  }
+  // Outside any target namespace, so every kernel target may inline it.
+  inline __attribute__((always_inline)) void step() {
+    if (i >= n) return;
+    __builtin_prefetch(p[i], 0, 3);
+    p[i] += 64;
+    if (--lines[i] == 0) ++i;
+  }
+};
 
 void run_item(const Item& it);
 
