@@ -161,8 +161,10 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
   for (int t = 3; t <= 7; ++t)
     for (int tiled : {1, 0}) b->Args({2048, 32, 1, t, tiled});
   b->Args({16384, 32, 0, 1, 1});  // no split-KV: one item per KV head
-  b->Args({16384, 16, 1, 1, 1});  // page size
-  b->Args({16384, 256, 1, 1, 1});
+  for (int t : {1, 4}) {  // page size (F16: rows within a page; Q4_0: tiles across pages)
+    b->Args({16384, 16, 1, t, 1});
+    b->Args({16384, 256, 1, t, 1});
+  }
 }
 BENCHMARK(BM_DecodeAttention)
     ->Apply(DecodeArgs)
