@@ -754,12 +754,19 @@ void RunItemT(D d, const Item& it) {
           const int nn = static_cast<int>(std::min<int64_t>(NK, it.k_end - nkey));
           const int ng = (nn + kv::kTileKeys - 1) / kv::kTileKeys;
           const size_t kbytes = size_t(kv::kTileKeys) * krb, vbytes = size_t(kv::kTileKeys) * vrb;
-          int32_t np[kMaxGroups];
-          int ns[kMaxGroups];
-          for (int gi = 0; gi < ng; ++gi) {
-            const int64_t kg = nkey + int64_t(gi) * kv::kTileKeys;
-            np[gi] = it.pages[kg / pt];
-            ns[gi] = static_cast<int>(kg % pt);
+          // The same tile's groups where only the head changes.
+          int32_t np_next[kMaxGroups];
+          int ns_next[kMaxGroups];
+          const int32_t* np = group_page;
+          const int* ns = group_slot;
+          if (nkey != key) {
+            for (int gi = 0; gi < ng; ++gi) {
+              const int64_t kg = nkey + int64_t(gi) * kv::kTileKeys;
+              np_next[gi] = it.pages[kg / pt];
+              ns_next[gi] = static_cast<int>(kg % pt);
+            }
+            np = np_next;
+            ns = ns_next;
           }
           for (int gi = 0; gi < ng; ++gi)
             next.add(cache.k_block(np[gi], it.layer, nhk) + ns[gi] * krb, kbytes);
