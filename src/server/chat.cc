@@ -1,29 +1,29 @@
 #include "server/chat.h"
 
-#include "tokenizer/chat_template.h"
+#include "chat/template.h"
 
 namespace sustain::server {
 
 Expected<ChatFormatter> ChatFormatter::create(std::string_view source, const std::string& origin,
                                               std::string bos_token, std::string eos_token) {
-  auto t = tokenizer::ChatTemplate::parse(source);
+  auto t = chat::ChatTemplate::parse(source);
   if (!t) return t.status().with_context("chat template (" + origin + ")");
   ChatFormatter f;
-  f.template_ = std::make_shared<const tokenizer::ChatTemplate>(std::move(*t));
+  f.template_ = std::make_shared<const chat::ChatTemplate>(std::move(*t));
   f.bos_ = std::move(bos_token);
   f.eos_ = std::move(eos_token);
   return f;
 }
 
 Expected<std::string> ChatFormatter::render(const CompletionRequest& r) const {
-  tokenizer::ChatRenderOptions opt;
+  chat::ChatRenderOptions opt;
   opt.add_generation_prompt = true;
   opt.bos_token = bos_;
   opt.eos_token = eos_;
   opt.tools_ordered = r.tools;
   opt.kwargs_ordered =
       r.chat_template_kwargs.is_null() ? nlohmann::ordered_json::object() : r.chat_template_kwargs;
-  auto text = tokenizer::render_chat_ordered(*template_, r.messages, opt);
+  auto text = chat::render_chat_ordered(*template_, r.messages, opt);
   if (!text) {
     // Whatever the template objects to, it is this request it cannot render.
     return Status(Code::kInvalidArgument,

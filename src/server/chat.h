@@ -1,6 +1,6 @@
 // /v1/chat/completions prompts: the messages rendered with the model's chat
 // template (tokenizer.chat_template, or --chat-template-file) through the
-// tokenizer's bounded Jinja subset. A template that cannot render a request
+// chat module's bounded Jinja subset. A template that cannot render a request
 // (raise_exception, a role it does not know, a limit) is the client's 400.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include "base/status.h"
 #include "server/request.h"
 
-namespace sustain::tokenizer {
+namespace sustain::chat {
 class ChatTemplate;
 }
 
@@ -30,7 +30,7 @@ class ChatFormatter {
 
  private:
   ChatFormatter() = default;
-  std::shared_ptr<const tokenizer::ChatTemplate> template_;
+  std::shared_ptr<const chat::ChatTemplate> template_;
   std::string bos_, eos_;
 };
 

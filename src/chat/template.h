@@ -17,7 +17,7 @@
 
 #include "base/status.h"
 
-namespace sustain::tokenizer {
+namespace sustain::chat {
 
 inline constexpr int kMaxChatTemplateDepth = 256;  // the largest max_depth parse() accepts
 
@@ -96,4 +96,4 @@ Expected<std::string> render_chat_ordered(const ChatTemplate& t,
                                           const nlohmann::ordered_json& messages,
                                           const ChatRenderOptions& options);
 
-}  // namespace sustain::tokenizer
+}  // namespace sustain::chat

@@ -1,7 +1,7 @@
-// Private to the chat-template renderer: the value model (Python/Jinja2
-// semantics), the syntax tree, and the parser and evaluator entry points.
-// chat_template_parse.cc turns source into a Template; chat_template_eval.cc
-// renders it; chat_template.cc holds the public API and render_chat.
+// Private to the chat module: the value model (Python/Jinja2 semantics), the
+// syntax tree, and the parser and evaluator entry points. lexer.cc and
+// parser.cc turn source into a Template; renderer.h and the render*.cc files
+// render it; template.cc holds the public API and render_chat.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
-#include "tokenizer/chat_template.h"
+#include "chat/template.h"
 
-namespace sustain::tokenizer::jinja {
+namespace sustain::chat::jinja {
 
 // Deepest list/dict nesting a value may have (JSON context or built by the
 // template): printing, comparing and freeing values recurse over it.
@@ -183,4 +183,4 @@ std::string upper(std::string_view s);  // 'ß' -> "SS" as Python does
 std::string lower(std::string_view s);
 }  // namespace text
 
-}  // namespace sustain::tokenizer::jinja
+}  // namespace sustain::chat::jinja

@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
-#include "tokenizer/chat_template.h"
+#include "chat/template.h"
 
-namespace sustain::tokenizer {
+namespace sustain::chat {
 namespace {
 
 using nlohmann::json;
@@ -571,9 +571,9 @@ TEST(ChatTemplateRef, SystemRoleProbe) {
 }
 
 }  // namespace
-}  // namespace sustain::tokenizer
+}  // namespace sustain::chat
 
-namespace sustain::tokenizer {
+namespace sustain::chat {
 namespace {
 
 // Truncations, byte flips, inserted tag fragments and spliced ranges of the
@@ -675,4 +675,4 @@ TEST(ChatTemplateRef, MutatedTemplatesNeverCrash) {
 }
 
 }  // namespace
-}  // namespace sustain::tokenizer
+}  // namespace sustain::chat

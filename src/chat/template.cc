@@ -1,13 +1,13 @@
 // Public API of the chat-template renderer and the llama.cpp-compatible
 // render_chat (globals, system-message merge, BOS stripping).
-#include "tokenizer/chat_template.h"
+#include "chat/template.h"
 
 #include <ctime>
 #include <mutex>
 
-#include "tokenizer/chat_template_internal.h"
+#include "chat/jinja.h"
 
-namespace sustain::tokenizer {
+namespace sustain::chat {
 
 struct ChatTemplate::Impl {
   jinja::Template tmpl;
@@ -187,4 +187,4 @@ Expected<std::string> render_chat_ordered(const ChatTemplate& t,
   return render_chat_impl(t.impl_->tmpl, t.supports_system_role(), messages, options);
 }
 
-}  // namespace sustain::tokenizer
+}  // namespace sustain::chat

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "tokenizer/chat_template_internal.h"
+#include "chat/jinja.h"
 
-namespace sustain::tokenizer::jinja {
+namespace sustain::chat::jinja {
 
 namespace text {
 
@@ -580,4 +580,4 @@ Expected<Value> from_json(const nlohmann::ordered_json& j) {
   return convert(j, 0);
 }
 
-}  // namespace sustain::tokenizer::jinja
+}  // namespace sustain::chat::jinja
