@@ -7,7 +7,7 @@
 # Tests that need ../shared/ref report "skipped" where it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+bash scripts/build.sh all
 (cd build && ctest --output-on-failure -j"$(nproc)")
 
 if [ "${SKIP_FUZZ:-0}" != "1" ]; then
