@@ -59,6 +59,17 @@ Expected<ArchConfig> arch_config_from_gguf(const gguf::File& f) {
   SUSTAIN_ASSIGN_OR_RETURN(c.name, f.get_string_or("general.name", ""));
   const std::string p = arch + ".";
   SUSTAIN_ASSIGN_OR_RETURN(c.n_layer, get_dim(f, p + "block_count"));
+  // Weight tables, KV geometry and plans loop over the layers: a count the
+  // tensor directory cannot back would make a small file cost minutes and
+  // gigabytes before any tensor is found missing. Each layer has tensors of
+  // its own, so the directory bounds the count (and the file size bounds it).
+  // A file with no tensors at all (a vocabulary-only GGUF) still describes
+  // its architecture; validate_weights refuses it as a model.
+  if (!f.tensors().empty() && c.n_layer > f.tensors().size())
+    return error(Code::kBadFile,
+                 "{}: `{}block_count` = {} but the file holds only {} tensors (each layer needs "
+                 "tensors of its own)",
+                 f.path(), p, c.n_layer, f.tensors().size());
   SUSTAIN_ASSIGN_OR_RETURN(c.n_embd, get_dim(f, p + "embedding_length"));
   SUSTAIN_ASSIGN_OR_RETURN(c.n_ff, get_dim(f, p + "feed_forward_length"));
   SUSTAIN_ASSIGN_OR_RETURN(c.n_head, get_dim(f, p + "attention.head_count"));

@@ -74,6 +74,12 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }  // namespace
 
 Status validate_weights(const ArchConfig& c, const gguf::File& f) {
+  // The table has several tensors per layer: a block count beyond the
+  // directory is refused before it is built, so a tensorless file claiming
+  // 2^31 layers costs nothing.
+  if (c.n_layer > f.tensors().size())
+    return error(Code::kBadFile, "{}: {} layers need more tensors than the {} the file holds",
+                 f.path(), c.n_layer, f.tensors().size());
   const auto table = weight_table(c, f.find_tensor("rope_freqs.weight") != nullptr);
   std::unordered_set<std::string> known;
   for (const auto& w : table) {

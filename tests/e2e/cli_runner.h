@@ -20,12 +20,14 @@ struct CliResult {
 
 // `args` is appended to the binary path as a shell command line (quote paths
 // with spaces yourself). stdin is /dev/null so nothing can wait on input.
-inline CliResult run_cli(const std::string& args) {
+// `prefix` goes before the binary in the same shell command (e.g. a ulimit
+// and a `timeout`).
+inline CliResult run_cli(const std::string& args, const std::string& prefix = "") {
   static int counter = 0;
   const std::string err_path = tmp_path("stderr_" + std::to_string(getpid()) + "_" +
                                         std::to_string(counter++) + ".txt");
   const std::string cmd =
-      std::string(SUSTAIN_BINARY) + " " + args + " </dev/null 2>" + err_path;
+      prefix + std::string(SUSTAIN_BINARY) + " " + args + " </dev/null 2>" + err_path;
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
