@@ -31,7 +31,7 @@
 #include "cli/bench_quality.h"
 #include "cli/commands.h"
 #include "cli/model_session.h"
-#include "cli/plan_input.h"
+#include "bench/plan_input.h"
 #include "cli/progress.h"
 #include "plan/plan.h"
 #include "tensor/kv_names.h"
@@ -262,7 +262,7 @@ json new_report(const BenchArgs& a) {
 void add_memory_plan(json& report, const engine::EngineConfig& cfg, const engine::Engine& e,
                      int threads) {
   plan::PlanInput in;
-  if (auto st = read_plan_file(cfg.model_path, in); !st.is_ok()) {
+  if (auto st = bench::read_plan_file(cfg.model_path, in); !st.is_ok()) {
     report["notes"].push_back("memory: no plan (" + st.message() + ")");
     return;
   }
@@ -273,7 +273,7 @@ void add_memory_plan(json& report, const engine::EngineConfig& cfg, const engine
   in.n_parallel = cfg.n_parallel;
   in.kv_budget_bytes = e.kv_bytes();
   in.ubatch = std::min(cfg.batch_tokens, cfg.ubatch_tokens);
-  in.kernel_scratch_bytes = kernel_scratch(in, in.ubatch, threads);
+  in.kernel_scratch_bytes = bench::kernel_scratch(in, in.ubatch, threads);
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   in.host_capacity = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
   auto pl = plan::make_plan(in);

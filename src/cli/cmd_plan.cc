@@ -13,9 +13,9 @@
 
 #include "attention/attention.h"
 #include "bench/bandwidth.h"
+#include "bench/plan_input.h"
 #include "cli/commands.h"
 #include "cli/model_session.h"
-#include "cli/plan_input.h"
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 #include "model/arch_config.h"
@@ -84,7 +84,7 @@ Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) 
                    "--type '{}' applies to --preset only: a file's tensors count at their stored "
                    "formats (quantize it first with `sustain quantize`)",
                    a.type);
-    SUSTAIN_TRY(read_plan_file(a.model, in));
+    SUSTAIN_TRY(bench::read_plan_file(a.model, in));
     source = a.model;
   } else {
     SUSTAIN_TRY(read_preset(a.preset, a.type, in));
@@ -92,7 +92,7 @@ Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) 
   }
   if (!a.mmproj.empty()) {
     SUSTAIN_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(a.mmproj));
-    for (const gguf::TensorInfo& t : f.tensors()) in.sidecar.push_back(entry_of(t));
+    for (const gguf::TensorInfo& t : f.tensors()) in.sidecar.push_back(bench::entry_of(t));
   }
   SUSTAIN_ASSIGN_OR_RETURN(in.k_type, kv_type(a.cache_type_k, "--cache-type-k"));
   SUSTAIN_ASSIGN_OR_RETURN(in.v_type, kv_type(a.cache_type_v, "--cache-type-v"));
@@ -101,7 +101,7 @@ Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) 
   // The workspace holds what one forward call computes at once, as open_session sizes it.
   in.ubatch = std::min({a.batch, a.ubatch, a.ctx});
   const int threads = a.threads > 0 ? a.threads : default_threads();
-  in.kernel_scratch_bytes = kernel_scratch(in, in.ubatch, threads);
+  in.kernel_scratch_bytes = bench::kernel_scratch(in, in.ubatch, threads);
   SUSTAIN_ASSIGN_OR_RETURN(in.headroom, plan::parse_percent(a.headroom, "--headroom"));
   SUSTAIN_ASSIGN_OR_RETURN(in.split, plan::parse_split(a.split, "--split"));
   if (!a.kv_budget.empty()) {

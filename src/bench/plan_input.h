@@ -9,7 +9,7 @@
 #include "gguf/gguf.h"
 #include "plan/plan.h"
 
-namespace sustain::cli {
+namespace sustain::bench {
 
 plan::TensorEntry entry_of(const gguf::TensorInfo& t);
 
@@ -22,4 +22,4 @@ Status read_plan_file(const std::string& path, plan::PlanInput& in);
 // and the query list (each at least 64 bytes, as there).
 uint64_t kernel_scratch(const plan::PlanInput& in, int64_t ubatch, int threads);
 
-}  // namespace sustain::cli
+}  // namespace sustain::bench

@@ -1,4 +1,4 @@
-#include "cli/plan_input.h"
+#include "bench/plan_input.h"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@
 #include "model/arch_config.h"
 #include "model/transformer.h"
 
-namespace sustain::cli {
+namespace sustain::bench {
 
 plan::TensorEntry entry_of(const gguf::TensorInfo& t) {
   return {t.name, t.type, t.shape, t.n_bytes};
@@ -39,4 +39,4 @@ uint64_t kernel_scratch(const plan::PlanInput& in, int64_t ubatch, int threads) 
          static_cast<uint64_t>(ubatch) * sizeof(attention::QueryInfo);
 }
 
-}  // namespace sustain::cli
+}  // namespace sustain::bench
