@@ -21,14 +21,15 @@
 #include <nlohmann/json.hpp>
 
 #include "base/thread_pool.h"
+#include "bench/ablation_quality.h"
 #include "bench/bandwidth.h"
 #include "bench/http_target.h"
 #include "bench/load.h"
+#include "bench/observer.h"
 #include "bench/report.h"
 #include "bench/results.h"
 #include "bench/sysinfo.h"
 #include "bench/workloads.h"
-#include "cli/bench_quality.h"
 #include "cli/commands.h"
 #include "cli/model_session.h"
 #include "bench/plan_input.h"
@@ -75,7 +76,7 @@ struct BenchArgs {
   int bw_reps = 5;
   std::string url, api_key, model_name;
   std::string command_line;
-  // The ablation rows' quality cost against row 0 (bench_quality.h).
+  // The ablation rows' quality cost against row 0 (bench/ablation_quality.h).
   std::string quality = "on";
   std::string quality_ctx = "8192";
   std::string quality_text;
@@ -213,6 +214,26 @@ class PhaseProgress {
  private:
   std::string phase_;
   std::unique_ptr<Progress> bar_;
+};
+
+// Bars and lines on stderr (cli/progress.h).
+class StderrObserver : public bench::Observer {
+ public:
+  std::unique_ptr<bench::ProgressBar> bar(const std::string& label) override {
+    return std::make_unique<Bar>(label);
+  }
+  void message(const std::string& line) override { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+ private:
+  class Bar : public bench::ProgressBar {
+   public:
+    explicit Bar(const std::string& label) : p_(label) {}
+    void update(double f, const std::string& detail) override { p_.update(f, detail); }
+    void finish(const std::string& detail) override { p_.finish(detail); }
+
+   private:
+    Progress p_;
+  };
 };
 
 json machine_conditions() {
@@ -516,7 +537,7 @@ int run_in_process(BenchArgs a) {
     auto qc = parse_list(a.quality_ctx, "--quality-ctx");
     if (!qc) return fail(qc.status().message());
     quality_ctx = *qc;
-    if (auto st = check_quality_ctx(quality_ctx, a.quality_ctx); !st) return fail(st.message());
+    if (auto st = bench::check_quality_ctx(quality_ctx, a.quality_ctx); !st) return fail(st.message());
     if (!(a.quality_budget >= 0))
       return fail(
           fmt::format("--quality-budget {}: give seconds >= 0 (0 = none)", a.quality_budget));
@@ -545,10 +566,10 @@ int run_in_process(BenchArgs a) {
   if (!kt) return fail(kt.status().message());
   auto vt = kv_format(a.cache_type_v, "--cache-type-v (-ctv)");
   if (!vt) return fail(vt.status().message());
-  QualityOptions qopt;
+  bench::QualityOptions qopt;
   if (quality) {
     // Read now: a short --quality-text must not cost a whole bench first.
-    auto toks = quality_tokens(model, a.quality_text, quality_ctx.back(), a.seed, &qopt.input);
+    auto toks = bench::quality_tokens(model, a.quality_text, quality_ctx.back(), a.seed, &qopt.input);
     if (!toks) return fail(toks.status().message());
     qopt.tokens = std::move(*toks);
     qopt.ctx = quality_ctx;
@@ -776,14 +797,15 @@ int run_in_process(BenchArgs a) {
     std::string quality_note = "quality not measured (--quality off)";
     std::vector<json> row_quality(plan.size(), {{"skipped", "--quality off"}});
     if (quality) {
-      std::vector<QualityConfig> qrows;
+      std::vector<bench::QualityConfig> qrows;
       for (size_t i = 0; i < plan.size(); ++i) {
         const engine::EngineConfig& c = plan[i].second.cfg;
         qrows.push_back({i == 0 ? "baseline" : plan[i].second.name, c.model_path,
-                         kv_spelling(c.k_type), kv_spelling(c.v_type),
+                         bench::kv_spelling(c.k_type), bench::kv_spelling(c.v_type),
                          std::min(c.batch_tokens, c.ubatch_tokens), c.n_threads, c.kv_tiled});
       }
-      auto q = measure_quality(qopt, qrows);
+      StderrObserver obs;
+      auto q = bench::measure_quality(qopt, qrows, obs);
       if (q) {
         row_quality = q->rows;
         quality_summary = q->summary;

@@ -15,9 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "bench/observer.h"
 #include "tensor/qtype.h"
 
-namespace sustain::cli {
+namespace sustain::bench {
 
 // One ablation row as the quality pass sees it: what changes the numbers.
 struct QualityConfig {
@@ -60,8 +61,8 @@ struct QualityResult {
   std::vector<std::string> notes;    // budget stops, skipped rows
 };
 
-// rows[0] is the baseline. Progress and projections go to stderr.
+// rows[0] is the baseline. Progress and projections go to `obs`.
 Expected<QualityResult> measure_quality(const QualityOptions& opt,
-                                        const std::vector<QualityConfig>& rows);
+                                        const std::vector<QualityConfig>& rows, Observer& obs);
 
-}  // namespace sustain::cli
+}  // namespace sustain::bench

@@ -1,4 +1,4 @@
-#include "cli/bench_quality.h"
+#include "bench/ablation_quality.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,6 @@
 
 #include <fmt/format.h>
 
-#include "cli/progress.h"
 #include "eval/kl_run.h"
 #include "eval/needle.h"
 #include "eval/runner.h"
@@ -22,7 +21,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/needle_retriever.h"
 
-namespace sustain::cli {
+namespace sustain::bench {
 namespace {
 
 using nlohmann::json;
@@ -105,7 +104,7 @@ struct NeedleCell {
 // The KL pass over every distinct configuration; fills kl[] of each row.
 Status kl_phase(const QualityOptions& opt, const std::vector<QualityConfig>& rows,
                 Clock::time_point t_start, std::vector<json>& out, std::vector<std::string>& notes,
-                json& summary) {
+                json& summary, Observer& obs) {
   const QualityConfig& base = rows[0];
   // Rows that would compute exactly what an earlier row computes share its pass.
   std::vector<int> test_of(rows.size(), -1);
@@ -164,13 +163,12 @@ Status kl_phase(const QualityOptions& opt, const std::vector<QualityConfig>& row
   spec.edges.erase(std::unique(spec.edges.begin(), spec.edges.end()), spec.edges.end());
   spec.chunk = kChunk;
   const int64_t n = static_cast<int64_t>(opt.tokens.size());
-  std::fprintf(
-      stderr,
-      "bench: quality: KL over %lld tokens (%s), the baseline and %zu configuration(s) "
-      "in lockstep; budget %s\n",
-      static_cast<long long>(n), opt.input.c_str(), spec.tests.size(),
-      opt.budget_s > 0 ? fmt::format("{:.0f} s (--quality-budget)", opt.budget_s).c_str() : "none");
-  Progress bar("bench quality KL");
+  obs.message(fmt::format(
+      "bench: quality: KL over {} tokens ({}), the baseline and {} configuration(s) in lockstep; "
+      "budget {}",
+      n, opt.input, spec.tests.size(),
+      opt.budget_s > 0 ? fmt::format("{:.0f} s (--quality-budget)", opt.budget_s) : "none"));
+  const auto bar = obs.bar("bench quality KL");
   int64_t target = n;
   double last_projection = 0.0;
   int64_t refused = 0;  // the smallest context projected past the budget
@@ -191,7 +189,7 @@ Status kl_phase(const QualityOptions& opt, const std::vector<QualityConfig>& row
       }
     }
     const double left = project_kl(p, p.done, std::max(target, p.done));
-    bar.update(
+    bar->update(
         static_cast<double>(p.done) / static_cast<double>(std::max<int64_t>(target, 1)),
         fmt::format("{}/{} tokens, {:.0f} s, ~{:.0f} s left", p.done, target, elapsed, left));
     return p.done < target;
@@ -201,7 +199,7 @@ Status kl_phase(const QualityOptions& opt, const std::vector<QualityConfig>& row
   const double kl_s = since(t_kl);
   int64_t reached = 0;
   for (const auto& b : runs[0].buckets) reached = std::max(reached, b.hi);
-  bar.finish(fmt::format("{} tokens in {:.0f} s", reached, kl_s));
+  bar->finish(fmt::format("{} tokens in {:.0f} s", reached, kl_s));
   if (reached < n) {
     std::string skipped;
     for (int64_t c : opt.ctx)
@@ -241,7 +239,7 @@ Status kl_phase(const QualityOptions& opt, const std::vector<QualityConfig>& row
 // differs from the baseline's (and the baseline's, as the reference).
 Status needle_phase(const QualityOptions& opt, const std::vector<QualityConfig>& rows,
                     Clock::time_point t_start, std::vector<json>& out,
-                    std::vector<std::string>& notes, json& summary) {
+                    std::vector<std::string>& notes, json& summary, Observer& obs) {
   SUSTAIN_ASSIGN_OR_RETURN(const tools::RetrieverOptions ropt,
                            tools::retriever_variant(opt.needle));
   TempFile file;
@@ -279,13 +277,13 @@ Status needle_phase(const QualityOptions& opt, const std::vector<QualityConfig>&
     runners.push_back(std::move(r));
   }
   const size_t per_level = kDepths.size() * static_cast<size_t>(opt.needle_trials);
-  std::fprintf(stderr,
-               "bench: quality: needle retriever (%s), %zu KV configuration(s) × %zu "
-               "cases at each of %zu context(s)\n",
-               opt.needle.c_str(), pairs.size(), per_level, opt.ctx.size());
+  obs.message(fmt::format(
+      "bench: quality: needle retriever ({}), {} KV configuration(s) × {} cases at each of {} "
+      "context(s)",
+      opt.needle, pairs.size(), per_level, opt.ctx.size()));
   // cells[pair][level]
   std::vector<std::vector<NeedleCell>> cells(pairs.size(), std::vector<NeedleCell>(opt.ctx.size()));
-  Progress bar("bench quality needle");
+  const auto bar = obs.bar("bench quality needle");
   int64_t measured_ctx = 0;
   double measured_case_s = 0.0;  // mean seconds per case at measured_ctx
   std::string stop_note;
@@ -335,9 +333,9 @@ Status needle_phase(const QualityOptions& opt, const std::vector<QualityConfig>&
         cell.correct += res.correct;
         ++cell.total;
         cell.min_margin = std::min(cell.min_margin, res.logit_margin);
-        bar.update(static_cast<double>(level_cases) / n_level,
-                   fmt::format("{} {}: case {}/{}", ctx_label(C), pairs[p].label(), level_cases,
-                               static_cast<int64_t>(n_level)));
+        bar->update(static_cast<double>(level_cases) / n_level,
+                    fmt::format("{} {}: case {}/{}", ctx_label(C), pairs[p].label(), level_cases,
+                                static_cast<int64_t>(n_level)));
       }
     }
     if (!stop_note.empty()) break;
@@ -345,7 +343,7 @@ Status needle_phase(const QualityOptions& opt, const std::vector<QualityConfig>&
     measured_ctx = C;
     measured_case_s = level_s / std::max(1, level_cases);
   }
-  bar.finish(fmt::format("{:.0f} s", since(t_needle)));
+  bar->finish(fmt::format("{:.0f} s", since(t_needle)));
   if (!stop_note.empty()) notes.push_back("quality: needle stopped: " + stop_note);
 
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -444,7 +442,7 @@ std::string kv_spelling(QType t) {
 }
 
 Expected<QualityResult> measure_quality(const QualityOptions& opt,
-                                        const std::vector<QualityConfig>& rows) {
+                                        const std::vector<QualityConfig>& rows, Observer& obs) {
   if (rows.empty()) return error(Code::kInvalidArgument, "quality: no ablation rows");
   if (opt.ctx.empty() || static_cast<int64_t>(opt.tokens.size()) != opt.ctx.back())
     return error(Code::kInternal, "quality: {} tokens for a largest context of {}",
@@ -453,11 +451,11 @@ Expected<QualityResult> measure_quality(const QualityOptions& opt,
   QualityResult res;
   res.rows.assign(rows.size(), json::object());
   res.summary = {{"vs", "row 0 (baseline)"}, {"ctx", opt.ctx}, {"budget_s", opt.budget_s}};
-  SUSTAIN_TRY(kl_phase(opt, rows, t_start, res.rows, res.notes, res.summary));
+  SUSTAIN_TRY(kl_phase(opt, rows, t_start, res.rows, res.notes, res.summary, obs));
   if (opt.needle != "off")
-    SUSTAIN_TRY(needle_phase(opt, rows, t_start, res.rows, res.notes, res.summary));
+    SUSTAIN_TRY(needle_phase(opt, rows, t_start, res.rows, res.notes, res.summary, obs));
   res.summary["seconds"] = since(t_start);
   return res;
 }
 
-}  // namespace sustain::cli
+}  // namespace sustain::bench
