@@ -1,0 +1,174 @@
+#include "bench/ablation.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "bench/roofline.h"
+#include "tensor/kv_names.h"
+
+namespace sustain::bench {
+
+using nlohmann::json;
+
+Status apply_switch(const std::string& spec, AblationRow& row) {
+  std::stringstream ss(spec);
+  std::string kv;
+  bool any = false;
+  while (std::getline(ss, kv, ',')) {
+    if (kv.empty()) continue;
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos)
+      return error(Code::kInvalidArgument,
+                   "--ablate '{}': '{}' is not key=value (keys: ctk, ctv, kv, layout, prefix, "
+                   "batch, ubatch, threads, model)",
+                   spec, kv);
+    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    any = true;
+    if (k == "ctk" || k == "ctv" || k == "kv") {
+      SUSTAIN_ASSIGN_OR_RETURN(QType t, kv_cache_type(v, "--ablate"));
+      if (k != "ctv") row.cfg.k_type = t;
+      if (k != "ctk") row.cfg.v_type = t;
+    } else if (k == "layout") {
+      if (v != "tiled" && v != "rows")
+        return error(Code::kInvalidArgument,
+                     "--ablate '{}': layout must be tiled or rows (KV page layout), got '{}'", spec,
+                     v);
+      row.cfg.kv_tiled = v == "tiled";
+    } else if (k == "prefix") {
+      if (v != "on" && v != "off")
+        return error(Code::kInvalidArgument, "--ablate '{}': prefix must be on or off, got '{}'",
+                     spec, v);
+      row.cfg.prefix_cache = v == "on";
+    } else if (k == "batch" || k == "ubatch" || k == "threads") {
+      char* end = nullptr;
+      const long long n = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end || n < 1 || n > 65536)
+        return error(Code::kInvalidArgument, "--ablate '{}': {}={} is not in 1..65536", spec, k, v);
+      if (k == "batch") row.cfg.batch_tokens = n;
+      if (k == "ubatch") row.cfg.ubatch_tokens = n;
+      if (k == "threads") row.cfg.n_threads = static_cast<int>(n);
+    } else if (k == "model") {
+      if (!std::filesystem::exists(v))
+        return error(Code::kNotFound, "--ablate '{}': model file '{}' does not exist", spec, v);
+      row.model = v;
+      row.cfg.model_path = v;
+    } else {
+      return error(Code::kInvalidArgument,
+                   "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
+                   "ubatch, threads, model)",
+                   spec, k);
+    }
+  }
+  if (!any) return error(Code::kInvalidArgument, "--ablate '{}': switches nothing", spec);
+  return Status::ok();
+}
+
+Status check_ablation(const std::vector<std::string>& specs) {
+  AblationRow probe;
+  for (const auto& s : specs) SUSTAIN_TRY(apply_switch(s, probe));
+  return Status::ok();
+}
+
+Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, json& report) {
+  json rows = json::array();
+  AblationRow row{"baseline", in.base.model_path, in.base};
+  json prev;
+  std::vector<std::pair<std::string, AblationRow>> plan = {{"", row}};
+  for (const auto& s : in.specs) {
+    if (auto st = apply_switch(s, row); !st) {
+      prog.done();
+      return st;
+    }
+    row.name = s;
+    plan.push_back({s, row});
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const AblationRow& r = plan[i].second;
+    // The blank line first: the bar of the phase before may be unfinished.
+    obs.message(fmt::format("\nbench: ablation row {}/{}: {}", i + 1, plan.size(), r.name));
+    auto re = engine::Engine::create(r.cfg);
+    if (!re) {
+      prog.done();
+      return re.status().with_context(fmt::format("ablation row '{}'", r.name));
+    }
+    LadderOptions ao = in.ladder;
+    ao.budget_s = 0;
+    auto lad = run_context_ladder(**re, ao);
+    if (!lad) {
+      prog.done();
+      return lad.status().with_context(fmt::format("ablation row '{}'", r.name));
+    }
+    json cells = json::array();
+    const json full = ladder_json(lad->rungs, model_cost(**re), in.bw);
+    for (size_t k = 0; k < full.size(); ++k) {
+      json c = {{"ctx", full[k]["ctx"]},
+                {"tok_s_p50", full[k]["decode"]["tok_s_p50"]},
+                {"tok_s_p95", full[k]["decode"]["tok_s_p95"]},
+                {"tpot_ms_p50", full[k]["decode"]["tpot_ms_p50"]},
+                {"tok_s_spread", full[k]["decode"]["tok_s_spread"]},
+                {"prefill_tok_s", full[k]["prefill"]["tok_s"]},
+                {"kv_bytes", full[k]["kv_bytes"]},
+                {"delta_pct", nullptr}};
+      if (!prev.is_null() && k < prev.size()) {
+        const double p = prev[k]["tok_s_p50"].get<double>();
+        if (p > 0) c["delta_pct"] = 100.0 * (c["tok_s_p50"].get<double>() - p) / p;
+      }
+      cells.push_back(c);
+    }
+    rows.push_back({{"name", i == 0 ? "baseline" : r.name},
+                    {"switch", i == 0 ? "-" : plan[i].first},
+                    {"model", model_conditions(**re)},
+                    {"kv", kv_conditions(**re)},
+                    {"engine", engine_conditions(r.cfg)},
+                    {"ladder", cells},
+                    {"quality", nullptr}});
+    prev = cells;
+  }
+  prog.done();
+  json quality_summary = nullptr;
+  std::string quality_note = "quality not measured (--quality off)";
+  std::vector<json> row_quality(plan.size(), {{"skipped", "--quality off"}});
+  if (in.quality) {
+    std::vector<QualityConfig> qrows;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const engine::EngineConfig& c = plan[i].second.cfg;
+      qrows.push_back({i == 0 ? "baseline" : plan[i].second.name, c.model_path,
+                       kv_spelling(c.k_type), kv_spelling(c.v_type),
+                       std::min(c.batch_tokens, c.ubatch_tokens), c.n_threads, c.kv_tiled});
+    }
+    auto q = measure_quality(*in.quality, qrows, obs);
+    if (q) {
+      row_quality = q->rows;
+      quality_summary = q->summary;
+      for (const auto& n : q->notes) {
+        obs.message("bench: " + n);
+        report["notes"].push_back(n);
+      }
+      quality_note =
+          "quality cost vs row 0: KL(row 0 ‖ row) of the next-token distributions in the "
+          "bucket (C/2, C] of each quality context C (one lockstep pass, eval kl), and needle "
+          "accuracy of the built-in retriever with the row's KV formats";
+    } else {
+      quality_note = "quality not measured: " + q.status().message();
+      report["notes"].push_back(quality_note);
+      obs.message("bench: " + quality_note);
+      row_quality.assign(plan.size(), {{"skipped", quality_note}});
+    }
+  }
+  for (size_t i = 0; i < rows.size(); ++i) rows[i]["quality"] = row_quality[i];
+  report["ablation"] = {
+      {"rows", rows},
+      {"method",
+       "each row applies its switch on top of the row above; delta_pct = change of "
+       "decode tok/s P50 vs the row above at the same context"},
+      {"quality", quality_summary},
+      {"quality_note", quality_note}};
+  return Status::ok();
+}
+
+}  // namespace sustain::bench

@@ -1,0 +1,52 @@
+// The ablation matrix: rows that each switch one thing on top of the row
+// above (KV formats and layout, prefix cache, batch, threads, model), each
+// measured over the contexts the main ladder reached, with the change of
+// decode speed against the row above and, optionally, the quality cost
+// against row 0 (ablation_quality.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "bench/ablation_quality.h"
+#include "bench/bandwidth.h"
+#include "bench/observer.h"
+#include "bench/workloads.h"
+#include "engine/api.h"
+
+namespace sustain::bench {
+
+// One ablation row: what it switches on top of the row above.
+struct AblationRow {
+  std::string name;
+  std::string model;  // "" = the row above's
+  engine::EngineConfig cfg;
+};
+
+// Applies `spec` ("kv=q8_0", "batch=256,threads=4": keys ctk, ctv, kv,
+// layout, prefix, batch, ubatch, threads, model) to `row`; errors name the
+// spec (as --ablate) and what is wrong with it.
+Status apply_switch(const std::string& spec, AblationRow& row);
+
+// Applies every spec to a scratch row: checked before anything runs, as a
+// typo must not cost a whole bench.
+Status check_ablation(const std::vector<std::string>& specs);
+
+struct AblationInput {
+  std::vector<std::string> specs;  // the rows after row 0, checked
+  engine::EngineConfig base;       // row 0: the engine the main ladder ran
+  LadderOptions ladder;            // its options, ctx = the contexts it measured
+  const BandwidthResult* bw = nullptr;
+  const QualityOptions* quality = nullptr;  // null: quality not measured (--quality off)
+};
+
+// Runs every row (each its own engine) and sets report["ablation"]; the
+// quality pass's notes go to report["notes"]. `prog` shows the rows'
+// ladders and is finished before the quality pass.
+Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs,
+                    nlohmann::json& report);
+
+}  // namespace sustain::bench

@@ -1,0 +1,76 @@
+// One whole bench run, from a parsed configuration to the report: the
+// speed–context curve (context ladder), the prefill gradient, the
+// concurrency ladder (in-process, or any OpenAI endpoint), the ablation
+// matrix with its quality cost and the roofline. `sustain bench` parses its
+// flags into a BenchConfig and writes what run_bench returns; any other front
+// end gets the same report from the same call.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "bench/bandwidth.h"
+#include "bench/observer.h"
+
+namespace sustain::bench {
+
+// The context ladder when none is given; it stops where the budget runs out.
+constexpr std::array<int64_t, 5> kDefaultLadder = {512, 2048, 8192, 16384, 32768};
+constexpr double kDefaultLadderBudgetS = 300;
+
+struct BenchConfig {
+  // The model: a GGUF file, or (when empty) the synthetic `preset` with
+  // weights in `type` (model_cache.h), made once and cached. Both given is
+  // an error.
+  std::string model, preset, type;
+  std::vector<int64_t> ctx;  // the context ladder, any order; empty: kDefaultLadder
+  // Seconds the ladder may take (0: none); < 0: kDefaultLadderBudgetS for the
+  // default ladder, none for an explicit one.
+  double budget_s = -1;
+  int n_tokens = 32;  // generated per request, >= 2
+  int reps = 3;       // timed repetitions per rung, after a warm-up
+  int threads = 0;    // 0: every core this process may use
+  std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk / -ctv spellings
+  bool kv_tiled = true;                                    // KV page layout
+  int64_t batch = 512, ubatch = 512;
+  std::vector<int64_t> prefill;  // prefill gradient lengths from an empty cache; empty: none
+  int prefill_reps = 1;
+  std::vector<int64_t> concurrency = {1, 2, 4, 8};  // levels; empty: no concurrency ladder
+  int64_t conc_prompt = 256;                        // tokens (words over HTTP)
+  int conc_requests = 2;                            // requests per client at each level
+  std::vector<double> rates;  // Poisson rates, requests/s; empty: 50 % and 90 % of capacity
+  int poisson_requests = 8;
+  // Ablation rows, each switching one thing on top of the row above
+  // (ablation.h: "kv=q8_0", "batch=256,threads=4", ...).
+  std::vector<std::string> ablate;
+  // With ablation rows: each row's quality cost against row 0 (ablation_quality.h).
+  bool quality = true;
+  std::vector<int64_t> quality_ctx = {8192};
+  std::string quality_text;  // KL input file; empty: seeded random ids
+  double quality_budget_s = 600;
+  std::string quality_needle = "default";  // retriever variant, or "off"
+  int quality_trials = 1;
+  uint64_t seed = 1234;
+  int64_t bw_mib = 1024;  // bandwidth buffer, capped at an eighth of the memory
+  int bw_reps = 5;
+  // An OpenAI-compatible server (http://HOST:PORT): only the concurrency
+  // ladder runs, against it, with prompts of conc_prompt words.
+  std::string url, api_key, model_name;
+  std::string command_line;  // how the run was asked for, recorded in the report
+};
+
+// The machine's bandwidth and peak FLOP/s with `threads` (0: every core),
+// as the report's roofline uses them.
+Expected<BandwidthResult> measure_machine(int threads, int64_t bw_mib, int bw_reps, Observer& obs);
+
+// Runs the bench `c` describes (the HTTP target when c.url is set) and
+// returns its report (docs/bench.md), checked against the schema. Every
+// flag-like value is checked before anything runs, so a typo costs nothing.
+Expected<nlohmann::json> run_bench(const BenchConfig& c, Observer& obs);
+
+}  // namespace sustain::bench
