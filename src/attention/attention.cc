@@ -1,17 +1,20 @@
 // attend(): plans the work items (query blocks × KV heads × key chunks), runs
-// them on the pool, and merges the partial softmax states of split items.
+// them on the pool (each by the kernel of kernel.h), and merges the partial
+// softmax states of split items (merge.h).
 #include "attention/attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "attention/kernel.h"
+#include "attention/merge.h"
 
 namespace sustain::attention {
 namespace {
 
-using detail::round_up_floats;
+using detail::State;
+using detail::state_at;
+using detail::state_floats;
 
 int group_size(const AttnParams& p) {
   return p.n_head / p.n_head_kv;
@@ -35,20 +38,6 @@ int64_t split_count(int64_t blocks, int n_threads) {
   int64_t s = (4 * int64_t(n_threads) + blocks - 1) / blocks;
   while ((blocks * s) % n_threads != 0) ++s;
   return s;
-}
-
-// A softmax state for `rows` rows: o[rows * dv], then m[rows], then l[rows].
-size_t state_floats(int rows, int dv) {
-  return round_up_floats(size_t(rows) * dv) + 2 * round_up_floats(size_t(rows));
-}
-struct State {
-  float* o;
-  float* m;
-  float* l;
-};
-State state_at(float* base, int rows, int dv) {
-  float* m = base + round_up_floats(size_t(rows) * dv);
-  return {base, m, m + round_up_floats(size_t(rows))};
 }
 
 struct Layout {
@@ -182,7 +171,7 @@ void run_one(const Run& R, int64_t item, int thread) {
 }
 
 // Combines the n_split partial states of one block (split items cover all
-// KV heads): M = max m_c, l = sum l_c e^(m_c - M), o = sum o_c e^(m_c - M).
+// KV heads) in chunk order (merge.h).
 void merge_block(const Run& R, int64_t unit) {
   const AttnParams& p = *R.p;
   const int max_rows = item_rows(p);
@@ -193,16 +182,7 @@ void merge_block(const Run& R, int64_t unit) {
   for (int64_t c = 1; c < R.n_split; ++c) {
     const State s =
         state_at(R.partials + R.partial_floats * (unit * R.n_split + c), max_rows, p.head_dim_v);
-    for (int r = 0; r < rows; ++r) {
-      if (s.l[r] == 0.0f) continue;  // the chunk saw no key of this row
-      const float m = std::max(acc.m[r], s.m[r]);
-      const float fa = std::exp(acc.m[r] - m), fs = std::exp(s.m[r] - m);
-      float* oa = acc.o + size_t(r) * p.head_dim_v;
-      const float* os = s.o + size_t(r) * p.head_dim_v;
-      for (int k = 0; k < p.head_dim_v; ++k) oa[k] = oa[k] * fa + os[k] * fs;
-      acc.l[r] = acc.l[r] * fa + s.l[r] * fs;
-      acc.m[r] = m;
-    }
+    detail::merge_state(acc, s, rows, p.head_dim_v);
   }
   finalize_rows(R, u, acc.o, acc.l);
 }

@@ -45,4 +45,21 @@ void attend_ref(const kv::KvCache& cache, int layer, const AttnParams& p,
   }
 }
 
+std::vector<double> merge_ref(const std::vector<PartialState>& chunks, int dv) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (const PartialState& c : chunks)
+    if (c.l > 0.0) m = std::max(m, c.m);
+  std::vector<double> out(dv, 0.0);
+  double l = 0.0;
+  for (const PartialState& c : chunks) {
+    if (c.l == 0.0) continue;
+    const double f = std::exp(c.m - m);
+    l += c.l * f;
+    for (int k = 0; k < dv; ++k) out[k] += c.o[k] * f;
+  }
+  if (l > 0.0)
+    for (double& x : out) x /= l;
+  return out;
+}
+
 }  // namespace sustain::attention
