@@ -10,10 +10,37 @@
 //
 // Rounding q and p to bf16 (8 significant bits) errs by at most 2^-9 of
 // each value, below the int8 query of the block formats and far below
-// E4M3's own 2^-4. Included by attend_kernel.cc inside its per-target
-// namespace after attend_tiled-inl.h, only where SUSTAIN_ATTN_VNNI is 1;
-// called only where the CPU has AVX512_BF16 (Fp8TiledCpu); no include guard
-// (Highway's -inl.h convention).
+// E4M3's own 2^-4. Uses Broadcast32 of attend_tiled-inl.h; compiled only
+// where SUSTAIN_ATTN_VNNI is 1, called only where the CPU has AVX512_BF16
+// (Fp8TiledCpu).
+
+// Per-target include guard (Highway's -inl.h convention): the body is
+// compiled once per target pass of attend_kernel.cc's foreach_target.
+#if defined(SUSTAIN_ATTENTION_ATTEND_FP8_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SUSTAIN_ATTENTION_ATTEND_FP8_INL_H_
+#undef SUSTAIN_ATTENTION_ATTEND_FP8_INL_H_
+#else
+#define SUSTAIN_ATTENTION_ATTEND_FP8_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attention/kernel.h"
+#include "kv/tiled.h"
+#include "tensor/fp16.h"
+
+#include "hwy/highway.h"
+
+#include "attention/attend_target-inl.h"
+#include "attention/attend_tiled-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sustain::attention::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if SUSTAIN_ATTN_VNNI
 
 // Whether this CPU runs the functions below (AVX3_DL targets such as Ice
 // Lake lack AVX512_BF16; Zen 4 and Sapphire Rapids have it).
@@ -197,3 +224,11 @@ HWY_NOINLINE void AccumulateRowsFp8Tiled(const float* const* p, const uint8_t* c
 }
 
 #pragma GCC pop_options
+
+#endif  // SUSTAIN_ATTN_VNNI
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sustain::attention::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // SUSTAIN_ATTENTION_ATTEND_FP8_INL_H_

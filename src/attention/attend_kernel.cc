@@ -28,18 +28,11 @@
 #include "hwy/highway.h"
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
+#include "attention/attend_target-inl.h"
+#include "attention/attend_vnni-inl.h"
+#include "attention/attend_tiled-inl.h"
+#include "attention/attend_fp8-inl.h"
 // clang-format on
-
-// On AVX3_DL (and AVX3_ZEN4 where Highway has it) Q8_0 K is dotted with an
-// int8 copy of q by AVX-512 VNNI, which Highway 1.0.3's AVX3_DL target string
-// omits (it names the VEX "avxvnni", off here: Zen 4 lacks it); see
-// kernels/cpu/quant-inl.h.
-#undef SUSTAIN_ATTN_VNNI
-#if HWY_TARGET == HWY_AVX3_DL || (defined(HWY_AVX3_ZEN4) && HWY_TARGET == HWY_AVX3_ZEN4)
-#define SUSTAIN_ATTN_VNNI 1
-#else
-#define SUSTAIN_ATTN_VNNI 0
-#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace sustain::attention::detail {
@@ -257,40 +250,6 @@ void StageRows(D d, QType type, const uint8_t* src, size_t row_bytes, int n, int
   for (int j = 0; j < n; ++j) deq(src + j * row_bytes, dst + size_t(j) * dim, dim);
 }
 
-// K and V rows of the next tile, fetched a few rows at a time while the
-// current tile is computed (spread out, so the fill buffers never overflow).
-struct Prefetch {
-  const uint8_t* k = nullptr;
-  const uint8_t* v = nullptr;
-  size_t k_row = 0, v_row = 0;
-  int n = 0;  // rows in the next tile
-
-  HWY_INLINE void rows(int j, int count) const {
-    if (j >= n) return;
-    const int end = std::min(n, j + count);
-    for (size_t off = j * k_row; off < end * k_row; off += 64) hwy::Prefetch(k + off);
-    for (size_t off = j * v_row; off < end * v_row; off += 64) hwy::Prefetch(v + off);
-  }
-};
-
-#if HWY_HAVE_SCALABLE
-// Sizeless vectors cannot live in arrays: one row at a time.
-inline constexpr int kMaxGroupRows = 1;
-inline constexpr int kVChunks = 1;
-#else
-// Rows processed together: each K/V element loaded once feeds kMaxGroupRows
-// rows (× 4 keys: independent FMA chains that hide the latency). 4 rows × 4
-// keys of accumulators fit AVX-512's 32 registers; 2 rows fit 16.
-inline constexpr int kMaxGroupRows = HWY_TARGET <= HWY_AVX3 ? kScoreRows : 2;
-// V chunks (vectors of head_dim_v) accumulated in registers per pass: 4 rows
-// × 4 chunks fill 16 of AVX-512's 32 registers; half that elsewhere.
-inline constexpr int kVChunks = HWY_TARGET <= HWY_AVX3 ? 4 : 2;
-#endif
-
-// Scalable and scalar targets lack arrays of vectors or the interleaves:
-// they take the one-key-one-row path.
-#define SUSTAIN_ATTN_TILED (!HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR)
-
 #if SUSTAIN_ATTN_TILED
 // Halves a vector of lanes until one 128-bit block of 4 lanes is left,
 // adding the halves.
@@ -401,13 +360,6 @@ HWY_INLINE void AccumulateRows(D d, const float* const* p, const uint8_t* vrows,
     AccumulatePass<R, kVChunks, VF>(d, p, vrows, vstride, n, c, o);
   for (; c < size_t(dv); c += N) AccumulatePass<R, 1, VF>(d, p, vrows, vstride, n, c, o);
 }
-
-#if SUSTAIN_ATTN_VNNI
-// Inside this target's namespace, once per VNNI target (see the header).
-#include "attention/attend_vnni-inl.h"
-#include "attention/attend_tiled-inl.h"
-#include "attention/attend_fp8-inl.h"
-#endif  // SUSTAIN_ATTN_VNNI
 
 // o_r += sum_j p_r[j] v_j for j < n with Q8_0 V read in place: the int8
 // codes are converted to f32 and multiplied by p_r[j] × the block's scale,

@@ -1,9 +1,7 @@
 // The AVX-512 VNNI paths of the attention kernel for K / V pages stored in
 // the tiled layout (kv/tiled.h): 16 keys per vector, one per 32-bit lane for
-// K·q, four per lane for p·V. Included by attend_kernel.cc inside its
-// per-target namespace after attend_vnni-inl.h (Q8Query, PrefetchQ8), only
-// where SUSTAIN_ATTN_VNNI is 1; no include guard (Highway's -inl.h
-// convention).
+// K·q, four per lane for p·V. Uses Q8Query and PrefetchQ8 of
+// attend_vnni-inl.h; compiled only where SUSTAIN_ATTN_VNNI is 1.
 //
 // Against the row-major kernels (attend_vnni-inl.h) this removes the
 // per-key inserts, the transposes that reduce four keys' lane sums, and the
@@ -11,7 +9,36 @@
 // tile is up to kTileTiled keys whose 16-key groups are passed one pointer
 // each (they may lie on different pages); every 64-byte load also asks for
 // a line of the next unit (LineCursor, kernel.h).
-//
+
+// Per-target include guard (Highway's -inl.h convention): the body is
+// compiled once per target pass of attend_kernel.cc's foreach_target.
+#if defined(SUSTAIN_ATTENTION_ATTEND_TILED_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SUSTAIN_ATTENTION_ATTEND_TILED_INL_H_
+#undef SUSTAIN_ATTENTION_ATTEND_TILED_INL_H_
+#else
+#define SUSTAIN_ATTENTION_ATTEND_TILED_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attention/kernel.h"
+#include "kv/tiled.h"
+#include "tensor/blocks.h"
+#include "tensor/qtype.h"
+
+#include "hwy/highway.h"
+
+#include "attention/attend_target-inl.h"
+#include "attention/attend_vnni-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sustain::attention::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if SUSTAIN_ATTN_VNNI
+
 // Compile-time facts of a tiled group-block, mirroring kv::tile_format
 // (the attention tests check the kernels against the reference, which reads
 // rows back through kv::untile_row).
@@ -307,3 +334,11 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* cons
 }
 
 #pragma GCC pop_options
+
+#endif  // SUSTAIN_ATTN_VNNI
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sustain::attention::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // SUSTAIN_ATTENTION_ATTEND_TILED_INL_H_

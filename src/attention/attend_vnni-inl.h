@@ -1,12 +1,38 @@
 // The AVX-512 VNNI integer paths of the attention kernel (attend_kernel.cc):
 // K·q with an int8 copy of q (vpdpbusd) for Q8_0 and the 4/5-bit K formats,
 // and o += p·V with int16 softmax weights (vpdpwssd) for Q8_0 and the 4/5-bit
-// V formats. Included by attend_kernel.cc inside its per-target namespace,
-// only where SUSTAIN_ATTN_VNNI is 1 (the AVX3_DL / AVX3_ZEN4 targets), once
-// per such target: no include guard, by Highway's -inl.h convention.
-//
-// Uses from attend_kernel.cc: hn, kQK, kTile, Prefetch, f16_to_f32 and the
-// block structs of tensor/blocks.h.
+// V formats, on pages in the row layout. Compiled only where
+// SUSTAIN_ATTN_VNNI is 1 (the AVX3_DL / AVX3_ZEN4 targets).
+
+// Per-target include guard (Highway's -inl.h convention): the body is
+// compiled once per target pass of attend_kernel.cc's foreach_target.
+#if defined(SUSTAIN_ATTENTION_ATTEND_VNNI_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SUSTAIN_ATTENTION_ATTEND_VNNI_INL_H_
+#undef SUSTAIN_ATTENTION_ATTEND_VNNI_INL_H_
+#else
+#define SUSTAIN_ATTENTION_ATTEND_VNNI_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "attention/kernel.h"
+#include "tensor/blocks.h"
+#include "tensor/fp16.h"
+
+#include "hwy/highway.h"
+
+#include "attention/attend_target-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sustain::attention::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if SUSTAIN_ATTN_VNNI
+
 // A state row's query quantized to int8 once per item (q8_row_floats):
 // codes in blocks of 32 (an even count, zero-padded), per block d = the
 // codes' scale × the softmax scale, and corr = 128 × sum(codes).
@@ -520,3 +546,11 @@ HWY_NOINLINE void AccumulateRowsQ4Int(const float* const* p, const uint8_t* vrow
 }
 
 #pragma GCC pop_options
+
+#endif  // SUSTAIN_ATTN_VNNI
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sustain::attention::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // SUSTAIN_ATTENTION_ATTEND_VNNI_INL_H_
