@@ -1,11 +1,11 @@
-// Per-target facts of the attention kernels (attend_kernel.cc), shared by
+// Per-target facts of the attention kernels (attend_dispatch.cc), shared by
 // the -inl.h files of this directory: whether the target takes the AVX-512
 // VNNI paths, whether it has arrays of vectors for the multi-key loops, how
 // many rows and V chunks fit its registers, and the prefetch of the next
 // tile's rows for the row-layout kernels.
 
 // Per-target include guard (Highway's -inl.h convention): the body is
-// compiled once per target pass of attend_kernel.cc's foreach_target.
+// compiled once per target pass of attend_dispatch.cc's foreach_target.
 #if defined(SUSTAIN_ATTENTION_ATTEND_TARGET_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SUSTAIN_ATTENTION_ATTEND_TARGET_INL_H_
 #undef SUSTAIN_ATTENTION_ATTEND_TARGET_INL_H_

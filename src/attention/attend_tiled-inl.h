@@ -11,7 +11,7 @@
 // a line of the next unit (LineCursor, kernel.h).
 
 // Per-target include guard (Highway's -inl.h convention): the body is
-// compiled once per target pass of attend_kernel.cc's foreach_target.
+// compiled once per target pass of attend_dispatch.cc's foreach_target.
 #if defined(SUSTAIN_ATTENTION_ATTEND_TILED_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SUSTAIN_ATTENTION_ATTEND_TILED_INL_H_
 #undef SUSTAIN_ATTENTION_ATTEND_TILED_INL_H_

@@ -1,11 +1,11 @@
-// The AVX-512 VNNI integer paths of the attention kernel (attend_kernel.cc):
+// The AVX-512 VNNI integer paths of the attention kernel (attend_item-inl.h):
 // K·q with an int8 copy of q (vpdpbusd) for Q8_0 and the 4/5-bit K formats,
 // and o += p·V with int16 softmax weights (vpdpwssd) for Q8_0 and the 4/5-bit
 // V formats, on pages in the row layout. Compiled only where
 // SUSTAIN_ATTN_VNNI is 1 (the AVX3_DL / AVX3_ZEN4 targets).
 
 // Per-target include guard (Highway's -inl.h convention): the body is
-// compiled once per target pass of attend_kernel.cc's foreach_target.
+// compiled once per target pass of attend_dispatch.cc's foreach_target.
 #if defined(SUSTAIN_ATTENTION_ATTEND_VNNI_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SUSTAIN_ATTENTION_ATTEND_VNNI_INL_H_
 #undef SUSTAIN_ATTENTION_ATTEND_VNNI_INL_H_

@@ -1,4 +1,4 @@
-// Internal: the per-work-item attention kernel (attend_kernel.cc, Highway,
+// Internal: the per-work-item attention kernel (attend_dispatch.cc, Highway,
 // dynamic dispatch) and the layout of its workspace. attention.cc plans the
 // work items, runs them on the pool and merges split states.
 #pragma once
