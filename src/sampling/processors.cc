@@ -38,6 +38,12 @@ void fill_candidates(Candidates& c, Candidate* buffer, const float* logits, int3
   c.sorted = false;
 }
 
+void logit_bias(Candidates& c, std::span<const LogitBias> biases) {
+  SUSTAIN_CHECK(!c.sorted);
+  for (const LogitBias& b : biases)
+    if (b.id >= 0 && static_cast<size_t>(b.id) < c.size) c.data[b.id].logit += b.bias;
+}
+
 void top_k(Candidates& c, int32_t k) {
   if (k <= 0 || static_cast<size_t>(k) >= c.size) return;
   if (!c.sorted) sort_range(c, 0, static_cast<size_t>(k));

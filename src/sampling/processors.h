@@ -1,6 +1,6 @@
 // The steps of the sampling chain, each on a list of candidate tokens. The
-// Sampler runs them in llama.cpp's default order (penalties → top-k → top-p →
-// min-p → temperature → softmax → draw); they are public so speculative
+// Sampler runs them in llama.cpp's default order (logit bias → penalties →
+// top-k → top-p → min-p → temperature → softmax → draw); they are public so speculative
 // decoding can reuse them and tests can pin each one on hand-computed input.
 //
 // Order of candidates: processors may reorder and shrink the live prefix.
@@ -11,8 +11,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace sustain::sampling {
+
+// An additive bias of one token's logit (OpenAI's logit_bias).
+struct LogitBias {
+  int32_t id;
+  float bias;
+};
 
 struct Candidate {
   int32_t id;
@@ -32,6 +39,11 @@ struct Candidates {
 // become -inf: a NaN would break every comparison below, and a token whose
 // score is undefined should not be chosen.
 void fill_candidates(Candidates& c, Candidate* buffer, const float* logits, int32_t n_vocab);
+
+// Adds each bias to its token's logit. Runs on the candidates as
+// fill_candidates left them (data[i].id == i, unsorted); an id outside
+// [0, size) is skipped (the edge checks ids against the vocabulary).
+void logit_bias(Candidates& c, std::span<const LogitBias> biases);
 
 // Keeps the k highest (sorting them); k <= 0 or k >= size leaves all.
 void top_k(Candidates& c, int32_t k);

@@ -37,6 +37,17 @@ Status validate(const SamplerConfig& c) {
                           "in [-2, 2] (0 disables it)"));
   SUSTAIN_TRY(check_range("frequency_penalty", c.frequency_penalty, -kPf, kPf, false,
                           "in [-2, 2] (0 disables it)"));
+  std::vector<int32_t> ids;
+  ids.reserve(c.logit_bias.size());
+  for (const LogitBias& b : c.logit_bias) {
+    if (b.id < 0) return bad("a logit_bias token id", ">= 0", b.id);
+    SUSTAIN_TRY(check_range("a logit_bias value", b.bias, -kMaxLogitBias, kMaxLogitBias, false,
+                            "in [-100, 100]"));
+    ids.push_back(b.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (auto d = std::adjacent_find(ids.begin(), ids.end()); d != ids.end())
+    return error(Code::kInvalidArgument, "sampler: logit_bias names token {} more than once", *d);
   return Status::ok();
 }
 
@@ -62,6 +73,7 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   if (buffer_.size() < static_cast<size_t>(n_vocab)) buffer_.resize(n_vocab);
   Candidates& c = live_;
   fill_candidates(c, buffer_.data(), logits, n_vocab);
+  if (!config_.logit_bias.empty()) logit_bias(c, config_.logit_bias);
   history_.apply(c);
 
   int32_t token;

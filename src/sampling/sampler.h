@@ -4,7 +4,7 @@
 // and a decode step allocates nothing.
 //
 // The chain is llama.cpp's default order:
-//   penalties → top-k → top-p → min-p → temperature → softmax → draw
+//   logit bias → penalties → top-k → top-p → min-p → temperature → softmax → draw
 // so top-p and min-p see the temperature-1 distribution, and temperature only
 // reshapes what survives them. temperature 0 is greedy: the argmax of the
 // penalized logits (lowest id on ties), the token every filter keeps anyway.
@@ -30,6 +30,10 @@ struct SamplerConfig {
   int32_t repeat_last_n = 64;      // window of recent tokens penalized; 0 = none
   float presence_penalty = 0.0f;   // in [-2, 2], OpenAI's range
   float frequency_penalty = 0.0f;  // in [-2, 2]
+  // Added to the named tokens' logits before anything else (OpenAI's
+  // logit_bias): each id at most once, each bias in [-100, 100]. Ids are
+  // checked against the vocabulary where it is known (the server's edge).
+  std::vector<LogitBias> logit_bias;
   // Used as given (0 is a seed like any other), so a request replays exactly;
   // a caller that wants fresh randomness draws a seed at the edge.
   uint64_t seed = 0;
@@ -38,6 +42,7 @@ struct SamplerConfig {
 constexpr float kMaxTemperature = 100.0f;
 constexpr float kMaxRepeatPenalty = 10.0f;
 constexpr float kMaxPresenceFrequencyPenalty = 2.0f;
+constexpr float kMaxLogitBias = 100.0f;  // OpenAI's range is [-100, 100]
 // The window is allocated up front; "-1 = whole context" (llama.cpp) must be
 // resolved to the context length by the caller.
 constexpr int32_t kMaxRepeatLastN = 1 << 20;

@@ -51,6 +51,7 @@ json usage_json(const Generation& g) {
 Expected<std::vector<int32_t>> prompt_ids(ServerState& s, engine::Engine& e,
                                           const CompletionRequest& r) {
   const auto& tok = e.tokenizer();
+  SUSTAIN_TRY(check_logit_bias(r.sampling, tok.n_vocab()));
   if (r.endpoint == Endpoint::kCompletions && r.prompt_is_ids) {
     SUSTAIN_TRY(check_token_ids(r.prompt_ids, tok.n_vocab()));
     return r.prompt_ids;

@@ -77,6 +77,9 @@ int json_depth(std::string_view text);
 
 // Every id in [0, n_vocab); the message names the first id outside.
 Status check_token_ids(const std::vector<int32_t>& ids, int32_t n_vocab);
+// Every logit_bias key names a token of the vocabulary (OpenAI answers 400
+// for one that does not; ignoring it would hide the client's mistake).
+Status check_logit_bias(const sampling::SamplerConfig& s, int32_t n_vocab);
 
 // The prompt must leave room for one generated token, and max_tokens (when
 // given) must fit beside the prompt; the messages give both numbers. Returns

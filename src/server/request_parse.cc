@@ -1,5 +1,6 @@
 #include "server/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -208,6 +209,41 @@ Status parse_messages(const json& body, std::string_view text, const RequestLimi
   return Status::ok();
 }
 
+// OpenAI's logit_bias: {"<token id>": bias}, bias in [-100, 100]. Keys are
+// decimal token ids; the vocabulary bound is checked with the model
+// (check_logit_bias). Entries end up sorted by id.
+Status parse_logit_bias(const json& j, sampling::SamplerConfig& s) {
+  const json* lb = field(j, "logit_bias");
+  if (lb == nullptr) return Status::ok();
+  if (!lb->is_object())
+    return wrong_type("logit_bias", "an object mapping token ids to biases", *lb);
+  constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
+  for (const auto& [key, value] : lb->items()) {
+    int64_t id = 0;
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char ch : key) digits = digits && ch >= '0' && ch <= '9';
+    if (digits) {
+      for (char ch : key) id = id * 10 + (ch - '0');
+    }
+    if (!digits || id > kMaxId)
+      return invalid("logit_bias", fmt::format("key '{}' is not a token id (a decimal integer)",
+                                               key.substr(0, 64)));
+    const std::string name = fmt::format("logit_bias[\"{}\"]", key);
+    if (!value.is_number()) return wrong_type(name, "a number", value);
+    const double b = value.get<double>();
+    if (!std::isfinite(b) || b < -sampling::kMaxLogitBias || b > sampling::kMaxLogitBias)
+      return invalid(name, fmt::format("must be in [-100, 100], got {}", value.dump()));
+    s.logit_bias.push_back({static_cast<int32_t>(id), static_cast<float>(b)});
+  }
+  std::sort(s.logit_bias.begin(), s.logit_bias.end(),
+            [](const auto& a, const auto& b) { return a.id < b.id; });
+  for (size_t i = 1; i < s.logit_bias.size(); ++i)
+    if (s.logit_bias[i].id == s.logit_bias[i - 1].id)
+      return invalid("logit_bias", fmt::format("names token {} twice (keys with leading zeros?)",
+                                               s.logit_bias[i].id));
+  return Status::ok();
+}
+
 Status parse_logprobs(const json& body, Endpoint ep, CompletionRequest& r) {
   int64_t top = 0;
   if (ep == Endpoint::kCompletions) {
@@ -353,6 +389,7 @@ Expected<CompletionRequest> parse_request(std::string_view body, Endpoint endpoi
   int64_t last_n = s.repeat_last_n;
   SUSTAIN_TRY(get_int(j, "repeat_last_n", 0, 1 << 16, last_n));
   s.repeat_last_n = static_cast<int32_t>(last_n);
+  SUSTAIN_TRY(parse_logit_bias(j, s));
   if (const json* seed = field(j, "seed")) {
     if (!seed->is_number_integer()) return wrong_type("seed", "an integer", *seed);
     // Negative seeds are valid in OpenAI's API; their bits are the seed.
@@ -371,6 +408,16 @@ Status check_token_ids(const std::vector<int32_t>& ids, int32_t n_vocab) {
       return error(Code::kInvalidArgument,
                    "'prompt[{}]' is token id {}, outside the vocabulary [0, {})", i, ids[i],
                    n_vocab);
+  return Status::ok();
+}
+
+Status check_logit_bias(const sampling::SamplerConfig& s, int32_t n_vocab) {
+  for (const auto& b : s.logit_bias)
+    if (b.id >= n_vocab)
+      return error(Code::kInvalidArgument,
+                   "'logit_bias' key '{}' is not a token id of this model (the vocabulary is [0, "
+                   "{}))",
+                   b.id, n_vocab);
   return Status::ok();
 }
 

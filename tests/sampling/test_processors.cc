@@ -61,6 +61,19 @@ TEST(FillCandidates, IdsInOrderAndNanBecomesMinusInf) {
   EXPECT_FALSE(l.c.sorted);
 }
 
+TEST(LogitBias, AddsToTheNamedTokensOnly) {
+  List l({1.0f, 2.0f, 3.0f, -kInf});
+  const LogitBias b[] = {{0, 5.0f}, {2, -100.0f}, {3, 50.0f}, {7, 1.0f}};  // 7: outside, skipped
+  logit_bias(l.c, b);
+  ASSERT_EQ(l.c.size, 4u);
+  EXPECT_EQ(l.c.data[0].logit, 6.0f);
+  EXPECT_EQ(l.c.data[1].logit, 2.0f);
+  EXPECT_EQ(l.c.data[2].logit, -97.0f);
+  EXPECT_EQ(l.c.data[3].logit, -kInf);                     // a banned token stays banned
+  EXPECT_EQ(l.ids(), (std::vector<int32_t>{0, 1, 2, 3}));  // order untouched
+  EXPECT_FALSE(l.c.sorted);
+}
+
 TEST(TopK, KeepsExactlyTheKHighestSorted) {
   List l({0.1f, 5.0f, -1.0f, 3.0f, 4.0f, 2.0f});
   top_k(l.c, 3);

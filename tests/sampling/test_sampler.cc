@@ -230,6 +230,57 @@ TEST(Sampler, PenaltiesComeBeforeTopK) {
   }
 }
 
+TEST(Sampler, LogitBiasComesFirstAndReshapesTheDistribution) {
+  // Greedy: +3 on token 2 (1 + 3 = 4) beats token 0's 3.5.
+  SamplerConfig g = plain(0.0f);
+  g.logit_bias = {{2, 3.0f}};
+  Sampler greedy(g);
+  const std::vector<float> logits = {3.5f, 2.0f, 1.0f};
+  EXPECT_EQ(greedy.sample(logits.data(), 3), 2);
+  // Before penalties: -100 on token 0 and a repeat penalty of 10 on token 1
+  // (accepted once) leave logits {-96.5, 0.2, 1}; top-1 keeps token 2.
+  SamplerConfig c = plain(1.0f);
+  c.top_k = 1;
+  c.repeat_penalty = 10.0f;
+  c.logit_bias = {{0, -100.0f}};
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    c.seed = seed;
+    Sampler s(c);
+    s.accept(1);
+    EXPECT_EQ(s.sample(logits.data(), 3), 2);
+  }
+  // The reported distribution is the biased one: {0, ln 2, 0} → {1/4, 1/2, 1/4}.
+  SamplerConfig d = plain(1.0f);
+  d.logit_bias = {{1, std::log(2.0f)}};
+  Sampler p(d);
+  const std::vector<float> flat = {0.0f, 0.0f, 0.0f};
+  p.sample(flat.data(), 3);
+  std::array<TokenProb, 3> top;
+  ASSERT_EQ(p.top_probs(top), 3u);
+  EXPECT_EQ(top[0].id, 1);
+  EXPECT_NEAR(top[0].prob, 0.5f, 1e-6);
+  EXPECT_NEAR(top[1].prob, 0.25f, 1e-6);
+}
+
+TEST(Validate, LogitBiasRangeAndDuplicates) {
+  SamplerConfig c;
+  c.logit_bias = {{0, -100.0f}, {5, 100.0f}};
+  EXPECT_TRUE(validate(c).is_ok());
+  auto message = [](const SamplerConfig& x) { return validate(x).message(); };
+  c.logit_bias = {{3, 100.5f}};
+  EXPECT_NE(message(c).find("logit_bias value must be in [-100, 100], got 100.5"),
+            std::string::npos)
+      << message(c);
+  c.logit_bias = {{3, kNan}};
+  EXPECT_FALSE(validate(c).is_ok());
+  c.logit_bias = {{-1, 1.0f}};
+  EXPECT_NE(message(c).find("logit_bias token id must be >= 0, got -1"), std::string::npos)
+      << message(c);
+  c.logit_bias = {{4, 1.0f}, {2, 1.0f}, {4, -1.0f}};
+  EXPECT_NE(message(c).find("logit_bias names token 4 more than once"), std::string::npos)
+      << message(c);
+}
+
 // Pearson's chi-square of observed counts against expected probabilities.
 double chi_square(const std::vector<int>& counts, const std::vector<double>& probs, int n) {
   double chi2 = 0;

@@ -130,6 +130,18 @@ TEST(RequestParse, EveryMalformedInputIsA400) {
   expect_bad(R"({"prompt":"x","echo":true})", "'echo' is not supported");
   expect_bad(R"({"prompt":"x","best_of":2})", "'best_of'");
   expect_bad(R"({"prompt":"x","model":3})", "'model' must be a string");
+  expect_bad(R"({"prompt":"x","logit_bias":[[1,2]]})", "'logit_bias' must be an object");
+  expect_bad(R"({"prompt":"x","logit_bias":{"abc":1}})", "key 'abc' is not a token id");
+  expect_bad(R"({"prompt":"x","logit_bias":{"-1":1}})", "key '-1' is not a token id");
+  expect_bad(R"({"prompt":"x","logit_bias":{"":1}})", "key '' is not a token id");
+  expect_bad(R"({"prompt":"x","logit_bias":{" 5":1}})", "key ' 5' is not a token id");
+  expect_bad(R"({"prompt":"x","logit_bias":{"99999999999":1}})", "is not a token id");
+  expect_bad(R"({"prompt":"x","logit_bias":{"5":"1"}})",
+             "'logit_bias[\"5\"]' must be a number, got string");
+  expect_bad(R"({"prompt":"x","logit_bias":{"5":101}})",
+             "'logit_bias[\"5\"]' must be in [-100, 100], got 101");
+  expect_bad(R"({"prompt":"x","logit_bias":{"5":-100.5}})", "must be in [-100, 100]");
+  expect_bad(R"({"prompt":"x","logit_bias":{"5":1,"05":2}})", "names token 5 twice");
 }
 
 TEST(RequestParse, InvalidUtf8AndDeepNestingAreRejected) {
@@ -207,6 +219,24 @@ TEST(RequestParse, LengthsAgainstTheModel) {
   EXPECT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("'prompt[1]' is token id 10, outside the vocabulary [0, 10)"),
             std::string::npos);
+
+  // logit_bias: parsed, sorted by id, then checked against the vocabulary.
+  auto b = parse(R"({"prompt":"x","logit_bias":{"9":-100,"0":2.5,"3":100}})");
+  ASSERT_TRUE(b.has_value()) << b.status().message();
+  ASSERT_EQ(b->sampling.logit_bias.size(), 3u);
+  EXPECT_EQ(b->sampling.logit_bias[0].id, 0);
+  EXPECT_EQ(b->sampling.logit_bias[0].bias, 2.5f);
+  EXPECT_EQ(b->sampling.logit_bias[2].id, 9);
+  EXPECT_EQ(b->sampling.logit_bias[2].bias, -100.0f);
+  EXPECT_TRUE(check_logit_bias(b->sampling, 10).is_ok());
+  st = check_logit_bias(b->sampling, 9);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("'logit_bias' key '9' is not a token id of this model (the "
+                              "vocabulary is [0, 9))"),
+            std::string::npos)
+      << st.message();
+  EXPECT_TRUE(parse(R"({"prompt":"x","logit_bias":{}})")->sampling.logit_bias.empty());
+  EXPECT_TRUE(parse(R"({"prompt":"x","logit_bias":null})")->sampling.logit_bias.empty());
 }
 
 // Feeds `pieces` one at a time; returns everything sent.

@@ -303,6 +303,58 @@ void concurrent_clients_match_alone(const std::string& flags, bool must_match) {
   EXPECT_TRUE(srv->alive());
 }
 
+TEST(ServerHttp, LogitBiasSteersAndBadKeysAre400) {
+  SUSTAIN_START_SERVER(srv, "-c 512 -np 2");
+  auto c = srv->client();
+  auto m = c.Get("/v1/models");
+  ASSERT_TRUE(m);
+  const int n_vocab = json::parse(m->body)["data"][0]["meta"]["n_vocab"];
+  const std::string prompt = "Once upon a time";
+  const std::string plain =
+      post(c, "/v1/completions", completion(prompt, 6)).body["choices"][0]["text"];
+
+  // +100 makes one token all but certain, greedy or sampled; the same
+  // token 6 times is the 1-token answer 6 times.
+  json body = completion(prompt, 6);
+  body["logit_bias"] = {{"100", 100}};
+  Reply forced = post(c, "/v1/completions", body);
+  ASSERT_EQ(forced.status, 200) << forced.body.dump();
+  const std::string text = forced.body["choices"][0]["text"];
+  EXPECT_NE(text, plain);
+  json one = body;
+  one["max_tokens"] = 1;
+  const std::string piece = post(c, "/v1/completions", one).body["choices"][0]["text"];
+  std::string six;
+  for (int i = 0; i < 6; ++i) six += piece;
+  EXPECT_EQ(text, six);
+  body["temperature"] = 1.0;
+  body["seed"] = 7;
+  EXPECT_EQ(post(c, "/v1/completions", body).body["choices"][0]["text"], text);
+
+  // Keys outside the vocabulary, or malformed, are the client's 400.
+  json bad = completion(prompt, 2);
+  bad["logit_bias"] = {{"99999999", 5}};
+  Reply r = post(c, "/v1/completions", bad);
+  EXPECT_EQ(r.status, 400) << r.body.dump();
+  EXPECT_NE(r.body["error"]["message"].get<std::string>().find(
+                "'logit_bias' key '99999999' is not a token id of this model (the vocabulary is "
+                "[0, " +
+                std::to_string(n_vocab) + "))"),
+            std::string::npos)
+      << r.body.dump();
+  bad["logit_bias"] = {{std::to_string(n_vocab), 1}};
+  EXPECT_EQ(post(c, "/v1/completions", bad).status, 400);
+  bad["logit_bias"] = {{"5", 500}};
+  EXPECT_EQ(post(c, "/v1/completions", bad).status, 400);
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+               {"max_tokens", 2},
+               {"logit_bias", {{"x", 1}}}};
+  r = post(c, "/v1/chat/completions", chat);
+  EXPECT_EQ(r.status, 400) << r.body.dump();
+  // The server kept serving.
+  EXPECT_EQ(post(c, "/v1/completions", completion(prompt, 6)).body["choices"][0]["text"], plain);
+}
+
 TEST(ServerHttp, SixteenConcurrentClientsMatchAlone) {
   concurrent_clients_match_alone("-c 2048 -np 8 --max-queue 32", false);
 }
