@@ -11,6 +11,7 @@ const char* arch_name(Arch a) {
     case Arch::kLlama: return "llama";
     case Arch::kQwen2: return "qwen2";
     case Arch::kQwen3: return "qwen3";
+    case Arch::kQwen3Moe: return "qwen3moe";
   }
   return "?";
 }
@@ -51,9 +52,11 @@ Expected<ArchConfig> arch_config_from_gguf(const gguf::File& f) {
     c.arch = Arch::kQwen2;
   } else if (arch == "qwen3") {
     c.arch = Arch::kQwen3;
+  } else if (arch == "qwen3moe") {
+    c.arch = Arch::kQwen3Moe;
   } else {
     return error(Code::kUnsupported,
-                 "{}: architecture `{}` is not supported (supported: llama, qwen2, qwen3)",
+                 "{}: architecture `{}` is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
                  f.path(), arch);
   }
   SUSTAIN_ASSIGN_OR_RETURN(c.name, f.get_string_or("general.name", ""));
@@ -101,6 +104,20 @@ Expected<ArchConfig> arch_config_from_gguf(const gguf::File& f) {
   }
   if (f.find_tensor("rope_freqs.weight")) c.rope_scaling = RopeScaling::kLlama3;
 
+  if (c.arch == Arch::kQwen3Moe) {
+    SUSTAIN_ASSIGN_OR_RETURN(c.n_expert, get_dim(f, p + "expert_count"));
+    SUSTAIN_ASSIGN_OR_RETURN(c.n_expert_used, get_dim(f, p + "expert_used_count"));
+    if (c.n_expert == 0 || c.n_expert_used == 0 || c.n_expert_used > c.n_expert)
+      return error(Code::kBadFile,
+                   "{}: `{}expert_used_count` = {} must be in [1, `{}expert_count` = {}]", f.path(),
+                   p, c.n_expert_used, p, c.n_expert);
+    // llama.cpp's default when the key is absent (qwen3moe.cpp).
+    SUSTAIN_ASSIGN_OR_RETURN(c.n_ff_exp,
+                             get_dim(f, p + "expert_feed_forward_length", c.n_ff / c.n_expert_used));
+    if (c.n_ff_exp == 0)
+      return error(Code::kBadFile, "{}: `{}expert_feed_forward_length` is 0", f.path(), p);
+  }
+
   // Vocabulary size: the embedding matrix is the authority.
   if (const auto* emb = f.find_tensor("token_embd.weight"); emb && emb->shape.size() == 2) {
     if (emb->shape[0] > (int64_t{1} << 31))
@@ -135,6 +152,11 @@ void arch_config_to_gguf(const ArchConfig& c, gguf::Writer& w) {
   w.set_f32(p + "rope.freq_base", c.rope_freq_base);
   w.set_f32(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
   w.set_u32(p + "vocab_size", c.n_vocab);
+  if (c.is_moe()) {
+    w.set_u32(p + "expert_count", c.n_expert);
+    w.set_u32(p + "expert_used_count", c.n_expert_used);
+    w.set_u32(p + "expert_feed_forward_length", c.n_ff_exp);
+  }
   if (c.rope_scaling == RopeScaling::kLinear || c.rope_scaling == RopeScaling::kYarn) {
     w.set_str(p + "rope.scaling.type", rope_scaling_name(c.rope_scaling));
     w.set_f32(p + "rope.scaling.factor", c.rope_scale_factor);
@@ -154,6 +176,12 @@ Status validate_arch_config(const ArchConfig& c) {
     return error(Code::kBadFile, "rope dimension {} must be even and at most the head dimension {}", c.rope_dim,
                c.head_dim_k);
   if (c.n_vocab == 0) return error(Code::kBadFile, "vocabulary size is 0");
+  if ((c.arch == Arch::kQwen3Moe) != c.is_moe())
+    return error(Code::kBadFile, "{} {} experts", arch_name(c.arch),
+                 c.is_moe() ? "cannot have" : "needs");
+  if (c.is_moe() && (c.n_expert_used == 0 || c.n_expert_used > c.n_expert || c.n_ff_exp == 0))
+    return error(Code::kBadFile, "{} of {} experts used per token, expert FFN {}: out of range",
+                 c.n_expert_used, c.n_expert, c.n_ff_exp);
   if (!(c.rms_eps > 0.0f) || !(c.rope_freq_base > 0.0f))
     return error(Code::kBadFile, "rms epsilon and rope base must be positive");
   return Status::ok();

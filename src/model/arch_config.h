@@ -20,10 +20,11 @@ class Writer;
 enum class Arch {
   kLlama,  // Llama 2/3/3.x, Mistral, SmolLM, TinyStories
   kQwen2,  // Qwen 2 / 2.5: biases on Q, K and V
-  kQwen3,  // Qwen 3: RMS norm on Q and K per head
+  kQwen3,     // Qwen 3: RMS norm on Q and K per head
+  kQwen3Moe,  // Qwen 3 MoE: qwen3 attention, a mixture of experts in every FFN
 };
 
-const char* arch_name(Arch a);  // GGUF spelling: "llama", "qwen2", "qwen3"
+const char* arch_name(Arch a);  // GGUF spelling: "llama", "qwen2", "qwen3", "qwen3moe"
 
 // kLlama3 is not a metadata value: Llama 3.1+ files carry the per-frequency
 // factors as a `rope_freqs.weight` tensor, and its presence selects it.
@@ -49,9 +50,18 @@ struct ArchConfig {
   float rope_scale_factor = 1.0f;         // {arch}.rope.scaling.factor
   uint32_t rope_orig_ctx = 0;             // {arch}.rope.scaling.original_context_length
   bool tied_output = false;    // no output.weight: the embedding matrix is reused
+  // Mixture of experts (qwen3moe): every FFN is n_expert SwiGLU experts of
+  // width n_ff_exp, of which each token uses the n_expert_used its router
+  // ranks highest. 0 experts = a dense FFN of width n_ff.
+  uint32_t n_expert = 0;       // {arch}.expert_count
+  uint32_t n_expert_used = 0;  // {arch}.expert_used_count
+  uint32_t n_ff_exp = 0;       // {arch}.expert_feed_forward_length (default n_ff / n_expert_used)
 
   bool has_qkv_bias() const { return arch == Arch::kQwen2; }
-  bool has_qk_norm() const { return arch == Arch::kQwen3; }
+  bool has_qk_norm() const { return arch == Arch::kQwen3 || arch == Arch::kQwen3Moe; }
+  bool is_moe() const { return n_expert > 0; }
+  // Width of the FFN's hidden activations for one token and expert.
+  uint32_t ffn_width() const { return is_moe() ? n_ff_exp : n_ff; }
   uint32_t q_dim() const { return n_head * head_dim_k; }
   uint32_t k_dim() const { return n_head_kv * head_dim_k; }
   uint32_t v_dim() const { return n_head_kv * head_dim_v; }

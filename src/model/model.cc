@@ -19,6 +19,23 @@ kernels::WeightView view_of(const gguf::TensorInfo& t) {
   return v;
 }
 
+// Expert e of a stacked [n_expert, out, in] tensor, as a matrix view.
+kernels::WeightView expert_view(const gguf::TensorInfo& t, int64_t e) {
+  kernels::WeightView v;
+  v.type = t.type;
+  v.n_out = t.shape[1];
+  v.n_in = t.shape[2];
+  v.row_bytes = qtype_row_bytes(t.type, static_cast<uint64_t>(v.n_in));
+  v.data = static_cast<const uint8_t*>(t.data) + static_cast<size_t>(e * v.n_out) * v.row_bytes;
+  return v;
+}
+
+std::vector<kernels::WeightView> expert_views(const gguf::TensorInfo& t) {
+  std::vector<kernels::WeightView> out;
+  for (int64_t e = 0; e < t.shape[0]; ++e) out.push_back(expert_view(t, e));
+  return out;
+}
+
 // 1-D tensors (norm gains, biases, rope factors) are small: keep them as f32.
 Expected<std::vector<float>> to_f32(const gguf::File& f, const gguf::TensorInfo& t) {
   const auto& tr = qtype_traits(t.type);
@@ -76,6 +93,10 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
       case TensorRole::kFfnGate: L->w_gate = view_of(*t); break;
       case TensorRole::kFfnUp: L->w_up = view_of(*t); break;
       case TensorRole::kFfnDown: L->w_down = view_of(*t); break;
+      case TensorRole::kFfnGateInp: L->router = view_of(*t); break;
+      case TensorRole::kFfnGateExps: L->gate_exps = expert_views(*t); break;
+      case TensorRole::kFfnUpExps: L->up_exps = expert_views(*t); break;
+      case TensorRole::kFfnDownExps: L->down_exps = expert_views(*t); break;
     }
   }
   if (c.tied_output) w.output = w.token_embd;
@@ -108,9 +129,20 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
   ws.k.resize(n * c.k_dim());
   ws.v.resize(n * c.v_dim());
   ws.attn_out.resize(n * c.n_head * c.head_dim_v);
-  ws.gate.resize(n * c.n_ff);
-  ws.up.resize(n * c.n_ff);
-  ws.hidden.resize(n * c.n_ff);
+  const size_t ffw = c.ffn_width();
+  ws.gate.resize(n * ffw);
+  ws.up.resize(n * ffw);
+  ws.hidden.resize(n * ffw);
+  if (c.is_moe()) {
+    ws.router_logits.resize(n * c.n_expert);
+    ws.expert_weight.resize(n * c.n_expert_used);
+    ws.expert_id.resize(n * c.n_expert_used);
+    ws.expert_rows.resize(n * c.n_expert_used);
+    ws.expert_start.resize(c.n_expert + 1);
+    ws.expert_next.resize(c.n_expert);
+    ws.expert_in.resize(n * c.n_embd);
+    ws.expert_out.resize(n * c.n_embd);
+  }
   ws.logits_in.resize(n * c.n_embd);
   // Matmul scratch: the largest activation row set of any matrix in the model.
   size_t ms = 0;
@@ -119,7 +151,10 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
   };
   need(w_.output);
   for (const auto& L : w_.layers) {
-    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) need(*v);
+    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router})
+      need(*v);
+    for (const auto* exps : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      for (const auto& v : *exps) need(v);
   }
   ws.matmul_scratch.resize(std::max<size_t>(ms, 64));
   attention::AttnParams ap = attn_params(c);

@@ -21,6 +21,11 @@ namespace sustain {
 
 struct LayerWeights {
   kernels::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+  // Mixture of experts: the router [n_expert, n_embd] and one view per
+  // expert into each stacked tensor (gate/up [n_ff_exp, n_embd], down
+  // [n_embd, n_ff_exp]).
+  kernels::WeightView router;
+  std::vector<kernels::WeightView> gate_exps, up_exps, down_exps;
   std::vector<float> attn_norm, ffn_norm;  // [n_embd]
   std::vector<float> q_norm, k_norm;       // qwen3: [head_dim]
   std::vector<float> bq, bk, bv;           // qwen2: [q_dim], [k_dim], [v_dim]
@@ -41,6 +46,13 @@ struct Workspace {
   std::vector<float> logits_in;                                    // [max_tokens, n_embd]
   std::vector<uint8_t> matmul_scratch, attn_scratch;
   std::vector<attention::QueryInfo> queries;
+  // Mixture of experts: router logits [max_tokens, n_expert]; each token's
+  // chosen experts and weights [max_tokens, n_expert_used]; the rows routed to
+  // one expert, gathered [max_tokens, n_embd], and their output.
+  std::vector<float> router_logits, expert_weight, expert_in, expert_out;
+  // expert_rows lists the (token, slot) pairs routed to each expert, expert
+  // by expert; expert e's run is [expert_start[e], expert_start[e + 1]).
+  std::vector<int32_t> expert_id, expert_rows, expert_start, expert_next;
 };
 
 class Model {

@@ -1,5 +1,6 @@
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace sustain {
@@ -97,6 +98,72 @@ void ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool
   kernels::swiglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), T * ff);
   matmul(L.w_down, ws.hidden.data(), T, ws.cur.data(), ws, pool);
   for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);
+}
+
+void moe_ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool& pool) {
+  const ArchConfig& c = m.config();
+  const LayerWeights& L = m.weights().layers[static_cast<size_t>(layer)];
+  const int64_t T = s.size(), d = c.n_embd, fe = c.n_ff_exp;
+  const int E = static_cast<int>(c.n_expert), K = static_cast<int>(c.n_expert_used);
+  norm_rows(ws.x.data(), L.ffn_norm, ws.cur.data(), T, d, c.rms_eps);
+  matmul(L.router, ws.cur.data(), T, ws.router_logits.data(), ws, pool);
+
+  // Routing as llama.cpp computes it: softmax over all experts, the K most
+  // probable (lower index on a tie), their probabilities renormalized to sum
+  // to 1 (the floor only guards a sum that underflowed).
+  std::fill(ws.expert_start.begin(), ws.expert_start.end(), 0);
+  for (int64_t i = 0; i < T; ++i) {
+    float* p = ws.router_logits.data() + i * E;
+    kernels::softmax(p, E);
+    int32_t* ids = ws.expert_id.data() + i * K;
+    float* wts = ws.expert_weight.data() + i * K;
+    float sum = 0.0f;
+    for (int j = 0; j < K; ++j) {
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int q = 0; q < j; ++q) taken = taken || ids[q] == e;
+        if (!taken && (best < 0 || p[e] > p[best])) best = e;
+      }
+      ids[j] = best;
+      wts[j] = p[best];
+      sum += p[best];
+      ++ws.expert_start[static_cast<size_t>(best) + 1];
+    }
+    const float inv = 1.0f / std::max(sum, 6.1035e-5f);
+    for (int j = 0; j < K; ++j) wts[j] *= inv;
+  }
+  // Group the (token, slot) pairs by expert, so each expert's matrices are
+  // read once per step for all the tokens that chose it.
+  // A stable counting sort: within an expert, tokens stay in batch order.
+  for (int e = 0; e < E; ++e) ws.expert_start[e + 1] += ws.expert_start[e];
+  std::copy_n(ws.expert_start.begin(), E, ws.expert_next.begin());
+  std::vector<int32_t>& rows = ws.expert_rows;
+  for (int64_t i = 0; i < T * K; ++i) {
+    const int e = ws.expert_id[static_cast<size_t>(i)];
+    rows[static_cast<size_t>(ws.expert_next[e]++)] = static_cast<int32_t>(i);
+  }
+  for (int e = 0; e < E; ++e) {
+    const int32_t r0 = ws.expert_start[e], r1 = ws.expert_start[e + 1];
+    const int64_t n = r1 - r0;
+    if (n == 0) continue;
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t tok = rows[static_cast<size_t>(r0 + r)] / K;
+      std::copy_n(ws.cur.data() + tok * d, d, ws.expert_in.data() + r * d);
+    }
+    matmul(L.gate_exps[static_cast<size_t>(e)], ws.expert_in.data(), n, ws.gate.data(), ws, pool);
+    matmul(L.up_exps[static_cast<size_t>(e)], ws.expert_in.data(), n, ws.up.data(), ws, pool);
+    kernels::swiglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), n * fe);
+    matmul(L.down_exps[static_cast<size_t>(e)], ws.hidden.data(), n, ws.expert_out.data(), ws,
+           pool);
+    for (int64_t r = 0; r < n; ++r) {
+      const int32_t slot = rows[static_cast<size_t>(r0 + r)];
+      const float w = ws.expert_weight[static_cast<size_t>(slot)];
+      float* x = ws.x.data() + (slot / K) * d;
+      const float* y = ws.expert_out.data() + r * d;
+      for (int64_t k = 0; k < d; ++k) x[k] += w * y[k];
+    }
+  }
 }
 
 void output_head(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits) {

@@ -38,6 +38,11 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
 // x += W_down · (silu(W_gate · norm(x)) * (W_up · norm(x)))
 void ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool& pool);
 
+// Mixture of experts (qwen3moe): each token's FFN is the weighted sum of the
+// SwiGLU experts its router ranks highest, x += Σ_j w_j · expert_j(norm(x));
+// tokens are grouped by expert so each expert's matrices are read once.
+void moe_ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool& pool);
+
 // logits of the tokens that want them: W_out · norm(x), in span order.
 void output_head(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits);
 
@@ -48,6 +53,8 @@ Status forward_qwen2(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace&
                      ThreadPool& pool, float* logits);
 Status forward_qwen3(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
                      ThreadPool& pool, float* logits);
+Status forward_qwen3moe(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
+                        ThreadPool& pool, float* logits);
 
 inline Status forward_llama_family(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
                                    ThreadPool& pool, float* logits) {
@@ -55,6 +62,7 @@ inline Status forward_llama_family(const Model& m, TokenSpan s, kv::KvCache& cac
     case Arch::kLlama: return forward_llama(m, s, cache, ws, pool, logits);
     case Arch::kQwen2: return forward_qwen2(m, s, cache, ws, pool, logits);
     case Arch::kQwen3: return forward_qwen3(m, s, cache, ws, pool, logits);
+    case Arch::kQwen3Moe: return forward_qwen3moe(m, s, cache, ws, pool, logits);
   }
   return error(Code::kInternal, "unknown architecture");
 }

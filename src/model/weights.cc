@@ -28,6 +28,10 @@ const char* tensor_role_name(TensorRole r) {
     case TensorRole::kFfnGate: return "ffn_gate";
     case TensorRole::kFfnUp: return "ffn_up";
     case TensorRole::kFfnDown: return "ffn_down";
+    case TensorRole::kFfnGateInp: return "ffn_gate_inp";
+    case TensorRole::kFfnGateExps: return "ffn_gate_exps";
+    case TensorRole::kFfnUpExps: return "ffn_up_exps";
+    case TensorRole::kFfnDownExps: return "ffn_down_exps";
   }
   return "?";
 }
@@ -60,6 +64,14 @@ std::vector<WeightSpec> weight_table(const ArchConfig& c, bool with_rope_freqs) 
     }
     t.push_back({name("attn_output.weight"), R::kAttnOutput, l, {d, q}});
     t.push_back({name("ffn_norm.weight"), R::kFfnNorm, l, {d}});
+    if (c.is_moe()) {
+      const int64_t ne = c.n_expert, fe = c.n_ff_exp;
+      t.push_back({name("ffn_gate_inp.weight"), R::kFfnGateInp, l, {ne, d}});
+      t.push_back({name("ffn_gate_exps.weight"), R::kFfnGateExps, l, {ne, fe, d}});
+      t.push_back({name("ffn_up_exps.weight"), R::kFfnUpExps, l, {ne, fe, d}});
+      t.push_back({name("ffn_down_exps.weight"), R::kFfnDownExps, l, {ne, d, fe}});
+      continue;
+    }
     t.push_back({name("ffn_gate.weight"), R::kFfnGate, l, {ff, d}});
     t.push_back({name("ffn_up.weight"), R::kFfnUp, l, {ff, d}});
     t.push_back({name("ffn_down.weight"), R::kFfnDown, l, {d, ff}});

@@ -35,6 +35,12 @@ enum class TensorRole {
   kFfnGate,
   kFfnUp,
   kFfnDown,
+  // Mixture of experts: the router and each expert's matrices stacked along
+  // a leading expert dimension ([n_expert, out, in]).
+  kFfnGateInp,
+  kFfnGateExps,
+  kFfnUpExps,
+  kFfnDownExps,
 };
 const char* tensor_role_name(TensorRole r);  // "attn_q", "ffn_down", ...
 
@@ -45,7 +51,8 @@ struct WeightSpec {
   std::vector<int64_t> shape;  // PyTorch order: [out, in] for matrices
   bool required = true;
 
-  bool is_matrix() const { return shape.size() == 2; }
+  // A matrix, or a stack of expert matrices ([n_expert, out, in]).
+  bool is_matrix() const { return shape.size() >= 2; }
   uint64_t n_elements() const {
     uint64_t n = 1;
     for (int64_t d : shape) n *= static_cast<uint64_t>(d);

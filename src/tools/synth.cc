@@ -37,7 +37,7 @@ uint64_t mix_seed(uint64_t seed, uint64_t tensor, uint64_t chunk) {
 // Fills rows [r0, r1) of a tensor with values for its role.
 void fill_rows(const WeightSpec& w, uint64_t seed, size_t tensor_index, int64_t r0, int64_t r1,
                int64_t row_len, float* out) {
-  const int64_t fan_in = w.is_matrix() ? w.shape[1] : 1;
+  const int64_t fan_in = w.is_matrix() ? w.shape.back() : 1;
   float scale = 1.0f / std::sqrt(static_cast<float>(fan_in));
   float offset = 0.0f;
   switch (w.role) {

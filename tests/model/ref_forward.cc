@@ -122,6 +122,7 @@ RopeStyle rope_style(Arch arch) {
       return RopeStyle::kNorm;
     case Arch::kQwen2:
     case Arch::kQwen3:
+    case Arch::kQwen3Moe:
       return RopeStyle::kNeox;
   }
   return RopeStyle::kNorm;

@@ -122,12 +122,14 @@ TEST_P(ForwardQ8KvVsLlamaCpp, LogitsAgree) {
 INSTANTIATE_TEST_SUITE_P(Ref, ForwardQ8KvVsLlamaCpp, ::testing::ValuesIn(kQ8KvCases),
                          [](const auto& info) { return case_name(info.param); });
 
-TEST(ForwardGreedy, Aidreams260KMatchesLlamaCpp) {
-  SUSTAIN_REQUIRE_REF();
-  for (const char* prompt : {"p1_short", "p2_medium", "p3_long_llama2c"}) {
-    const RefData ref = read_ref(std::string("aidreams260K-f32.") + prompt + ".kvf16");
+// The engine's greedy continuation of a reference prompt, one token per
+// forward call after the prompt, as long as llama.cpp's.
+void expect_greedy_matches(const std::string& model, const char* prompt) {
+  SCOPED_TRACE(model + " " + prompt);
+  {
+    const RefData ref = read_ref(model + "." + prompt + ".kvf16");
     const auto want = ref.meta.at("greedy").at("ids").get<std::vector<int32_t>>();
-    Engine e = open_engine(ref_path("models/aidreams260K-f32.gguf"), 512, 64, 2);
+    Engine e = open_engine(ref_path("models/" + model + ".gguf"), 512, 64, 2);
     ASSERT_TRUE(e.model && e.cache);
     std::vector<int32_t> seq = ref.tokens;
     std::vector<int32_t> got;
@@ -151,6 +153,32 @@ TEST(ForwardGreedy, Aidreams260KMatchesLlamaCpp) {
   }
 }
 
+TEST(ForwardGreedy, Aidreams260KMatchesLlamaCpp) {
+  SUSTAIN_REQUIRE_REF();
+  for (const char* prompt : {"p1_short", "p2_medium", "p3_long_llama2c"})
+    expect_greedy_matches("aidreams260K-f32", prompt);
+}
+
+// Mixture of experts (qwen3moe): 8 experts, 2 used per token, tied output.
+// The routing is decisive in these files (the README's smallest gap between
+// the 2nd and 3rd router logit is 1.8e-3 for F32, 3e-3 for Q8_0), so the
+// same experts are chosen and the usual bounds apply.
+const RefCase kMoeCases[] = {
+    {"tiny-qwen3moe-f32", "p1_short", "kvf16", kF32Err, kF32Argmax, kF32Kl},
+    {"tiny-qwen3moe-f32", "p2_medium", "kvf16", kF32Err, kF32Argmax, kF32Kl},
+    {"tiny-qwen3moe-f32", "p2_medium", "kvf16fa", kF32Err, kF32Argmax, kF32Kl},
+    {"tiny-qwen3moe-Q8_0", "p1_short", "kvf16", kQErr, kQArgmax, kQKl},
+    {"tiny-qwen3moe-Q8_0", "p2_medium", "kvf16", kQErr, kQArgmax, kQKl},
+};
+INSTANTIATE_TEST_SUITE_P(Moe, ForwardVsLlamaCpp, ::testing::ValuesIn(kMoeCases),
+                         [](const auto& info) { return case_name(info.param); });
+
+TEST(ForwardGreedy, Qwen3MoeMatchesLlamaCpp) {
+  SUSTAIN_REQUIRE_REF();
+  for (const char* prompt : {"p1_short", "p2_medium"})
+    expect_greedy_matches("tiny-qwen3moe-f32", prompt);
+}
+
 // Several sequences in one batch = each alone; prompt chunking changes
 // nothing. With f32 weights the logits are bit-identical. With quantized
 // weights the matmul kernels take different tiling paths for 1, 4 and 16+
@@ -159,12 +187,20 @@ TEST(ForwardGreedy, Aidreams260KMatchesLlamaCpp) {
 // random-weight models (measured up to 0.015 of the logits' spread), hence
 // 0.05 here (the cross-engine bound is 0.15). Bit-identical results across
 // batch compositions are the serving issue's --deterministic mode.
+// tiny-qwen3moe-f32 differs by an ulp or two (1.2e-7 on logits of 0.6)
+// between prefill and one-token decode; the difference is not in the expert
+// FFN (it stays with every expert row multiplied alone) but upstream, and it
+// is the first f32 reference model with two query heads per KV head and
+// head_dim != n_embd / n_head, so it gets 1e-5 of the spread instead of 0.
 class ForwardBatching : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ForwardBatching, ManySequencesEqualEachAlone) {
   SUSTAIN_REQUIRE_REF();
   const std::string path = ref_path(std::string("models/") + GetParam() + ".gguf");
-  const bool exact = std::string(GetParam()).find("f32") != std::string::npos;
+  const std::string name = GetParam();
+  const bool f32 = name.find("f32") != std::string::npos;
+  const bool exact = f32 && name.find("moe") == std::string::npos;
+  const float rel = exact ? 0.0f : f32 ? 1e-5f : 0.05f;
   Engine e = open_engine(path, 2048, 256, 2);
   ASSERT_TRUE(e.model && e.cache);
   const int64_t V = e.model->config().n_vocab;
@@ -176,7 +212,7 @@ TEST_P(ForwardBatching, ManySequencesEqualEachAlone) {
   for (int64_t chunk : {1, 3}) {
     const auto got = run_sequence(e, prompts[1], chunk);
     for (size_t i = 0; i < got.size(); ++i) {
-      const float tol = exact ? 0.0f : 0.05f * static_cast<float>(stddev(alone[1][i]));
+      const float tol = rel * static_cast<float>(stddev(alone[1][i]));
       for (int64_t j = 0; j < V; ++j)
         ASSERT_NEAR(got[i][j], alone[1][i][j], tol) << "chunk " << chunk << " pos " << i;
     }
@@ -198,7 +234,7 @@ TEST_P(ForwardBatching, ManySequencesEqualEachAlone) {
   for (size_t r = 0; r < b.tokens.size(); ++r) {
     const auto& tok = b.tokens[r];
     const auto& want = alone[static_cast<size_t>(tok.seq)][static_cast<size_t>(tok.pos)];
-    const float tol = exact ? 0.0f : 0.05f * static_cast<float>(stddev(want));
+    const float tol = rel * static_cast<float>(stddev(want));
     for (int64_t j = 0; j < V; ++j)
       ASSERT_NEAR(logits[r * V + j], want[static_cast<size_t>(j)], tol)
           << "seq " << tok.seq << " pos " << tok.pos;
@@ -208,7 +244,8 @@ TEST_P(ForwardBatching, ManySequencesEqualEachAlone) {
 INSTANTIATE_TEST_SUITE_P(Models, ForwardBatching,
                          ::testing::Values("tiny-llama-f32", "tiny-llama-Q8_0", "tiny-llama-Q4_0",
                                            "tiny-llama-Q4_K_M", "tiny-llama-Q6_K",
-                                           "tiny-qwen3-Q4_K_M"));
+                                           "tiny-qwen3-Q4_K_M", "tiny-qwen3moe-f32",
+                                           "tiny-qwen3moe-Q8_0"));
 
 // Engine vs the scalar oracle on synthetic models of each architecture.
 TEST(ForwardVsOracle, SynthPresets) {

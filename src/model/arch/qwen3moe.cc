@@ -1,0 +1,20 @@
+// Qwen 3 MoE (Qwen3-30B-A3B and kin): qwen3's attention (per-head RMSNorm of
+// Q and K, NeoX RoPE over the whole head) and, in every block, a mixture of
+// SwiGLU experts in place of the dense FFN (no shared expert).
+#include "model/transformer.h"
+
+namespace sustain {
+
+Status forward_qwen3moe(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
+                        ThreadPool& pool, float* logits) {
+  embed(m, s, ws);
+  const AttnOptions o{.qkv_bias = false, .qk_norm = true, .neox = true};
+  for (int il = 0; il < static_cast<int>(m.config().n_layer); ++il) {
+    attention_block(m, il, s, o, cache, ws, pool);
+    moe_ffn_block(m, il, s, ws, pool);
+  }
+  output_head(m, s, ws, pool, logits);
+  return Status::ok();
+}
+
+}  // namespace sustain
