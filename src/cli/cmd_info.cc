@@ -133,7 +133,21 @@ int run_info(const InfoArgs& a) {
                     {"rms_eps", c.rms_eps},
                     {"tied_output", c.tied_output},
                     {"qkv_bias", c.has_qkv_bias()},
-                    {"qk_norm", c.has_qk_norm()}};
+                    {"qk_norm", c.has_qk_norm()},
+                    {"n_expert", c.n_expert},
+                    {"n_expert_used", c.n_expert_used},
+                    {"n_ff_exp", c.n_ff_exp}};
+    if (c.is_moe()) {
+      // A token reads only its experts: the stacked expert tensors count
+      // n_expert_used / n_expert toward the parameters it uses.
+      uint64_t active = 0;
+      for (const auto& t : f.tensors()) {
+        const bool exps = t.name.size() > 12 &&
+                          t.name.compare(t.name.size() - 12, 12, "_exps.weight") == 0;
+        active += exps ? t.n_elements / c.n_expert * c.n_expert_used : t.n_elements;
+      }
+      j["n_params_active"] = active;
+    }
     Status wv = validate_weights(c, f);
     j["weights_valid"] = wv.is_ok();
     if (!wv) j["weights_problem"] = wv.message();
@@ -205,6 +219,12 @@ int run_info(const InfoArgs& a) {
     const ArchConfig& c = *cfg;
     line(fmt::format("layers        {}   d_model {}   d_ff {}   vocab {}", c.n_layer, c.n_embd,
                      c.n_ff, c.n_vocab));
+    if (c.is_moe())
+      line(fmt::format("experts       {} per FFN, {} used per token, expert FFN {}; {} ({}) "
+                       "parameters active per token",
+                       c.n_expert, c.n_expert_used, c.n_ff_exp,
+                       human_count(j["n_params_active"].get<uint64_t>()),
+                       j["n_params_active"].get<uint64_t>()));
     line(fmt::format("attention     {} heads, {} KV heads (GQA {}), head dim {} / {}{}{}", c.n_head,
                      c.n_head_kv, c.n_head / c.n_head_kv, c.head_dim_k, c.head_dim_v,
                      c.has_qkv_bias() ? ", QKV bias" : "", c.has_qk_norm() ? ", Q/K norm" : ""));

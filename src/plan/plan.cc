@@ -102,11 +102,20 @@ HostCosts default_host_costs(const ArchConfig& arch, const std::vector<TensorEnt
 
 uint64_t workspace_bytes(const ArchConfig& c, int64_t ubatch, uint64_t kernel_scratch_bytes) {
   // The f32 buffers Model::make_workspace sizes, per token: x, cur and
-  // logits_in (n_embd each), q, k, v, attn_out, and gate, up, hidden (n_ff each).
+  // logits_in (n_embd each), q, k, v, attn_out, and gate, up, hidden (the
+  // FFN width each: n_ff, or one expert's n_ff_exp). A mixture of experts adds
+  // router logits (n_expert), each token's expert weights and ids (n_expert_used
+  // each, and its slots in the per-expert order), the gathered rows and their
+  // output (n_embd each), and the per-expert offsets (n_expert + 1, twice).
   const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(ubatch, 1));
-  const uint64_t per_token = 3ull * c.n_embd + c.q_dim() + c.k_dim() + c.v_dim() +
-                             uint64_t{c.n_head} * c.head_dim_v + 3ull * c.n_ff;
-  return n * per_token * sizeof(float) + kernel_scratch_bytes;
+  uint64_t per_token = 3ull * c.n_embd + c.q_dim() + c.k_dim() + c.v_dim() +
+                       uint64_t{c.n_head} * c.head_dim_v + 3ull * c.ffn_width();
+  uint64_t fixed = 0;
+  if (c.is_moe()) {
+    per_token += c.n_expert + 3ull * c.n_expert_used + 2ull * c.n_embd;
+    fixed += (2ull * c.n_expert + 1) * sizeof(int32_t);
+  }
+  return n * per_token * sizeof(float) + fixed + kernel_scratch_bytes;
 }
 
 std::string format_bytes(uint64_t b) {
@@ -239,6 +248,11 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
     // A decode step reads every matrix once, but of the embedding table only
     // one row per token — unless it is also the output matrix (tied).
     uint64_t step = t.bytes;
+    // A mixture of experts reads only the experts a token uses: of the
+    // stacked expert tensors, n_expert_used / n_expert per decode step.
+    if (c.is_moe() && t.name.size() > 12 &&
+        t.name.compare(t.name.size() - 12, 12, "_exps.weight") == 0)
+      step = t.bytes / c.n_expert * c.n_expert_used;
     const bool embd = t.name == "token_embd.weight";
     if (embd && !c.tied_output && t.shape.size() == 2 && t.shape[0] > 0)
       step = t.bytes / static_cast<uint64_t>(t.shape[0]);

@@ -136,6 +136,15 @@ std::vector<Preset> build_presets() {
   const auto L = Arch::kLlama;
   const auto Q2 = Arch::kQwen2;
   const auto Q3 = Arch::kQwen3;
+  // Qwen3 MoE: qwen3 attention, n_expert SwiGLU experts of width n_ff_exp per
+  // block, n_expert_used per token (Qwen/Qwen3-30B-A3B's config.json).
+  auto moe = [](ArchConfig c, uint32_t n_expert, uint32_t n_used, uint32_t n_ff_exp) {
+    c.arch = Arch::kQwen3Moe;
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    return c;
+  };
 
   add({"smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct",
        make_arch(L, "SmolLM2 135M (synthetic)", 30, 576, 1536, 9, 3, 64, 49152, 8192, 100000.0f,
@@ -179,6 +188,13 @@ std::vector<Preset> build_presets() {
        make_arch(Q3, "Qwen3 32B (synthetic)", 64, 5120, 25600, 64, 8, 128, 151936, 40960,
                  1000000.0f, 1e-6f, false),
        qwen_vocab(true, 151936)});
+  // 30.5B parameters, 3.3B active: 128 experts of width 768, 8 per token;
+  // intermediate_size 6144 is unused (every block is a mixture).
+  add({"qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B",
+       moe(make_arch(Q3, "Qwen3 30B-A3B (synthetic)", 48, 2048, 6144, 32, 4, 128, 151936, 40960,
+                     1000000.0f, 1e-6f, false),
+           128, 8, 768),
+       qwen_vocab(true, 151936)});
   {
     Preset x{"llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct",
              make_arch(L, "Llama 3.1 70B (synthetic)", 80, 8192, 28672, 64, 8, 128, 128256,
@@ -201,6 +217,15 @@ std::vector<Preset> build_presets() {
     Preset x{"tiny-qwen3", "(test) a small qwen3 with a BPE vocabulary",
              make_arch(Q3, "tiny qwen3 (synthetic)", 2, 256, 768, 8, 2, 64, 2048, 4096,
                        1000000.0f, 1e-6f, true),
+             qwen_vocab(true, 2048, 2000)};
+    x.for_tests = true;
+    add(std::move(x));
+  }
+  {
+    Preset x{"tiny-qwen3moe", "(test) the shape of tiny-qwen3moe in the reference data",
+             moe(make_arch(Q3, "tiny qwen3moe (synthetic)", 3, 64, 128, 4, 2, 32, 2048, 4096,
+                           1000000.0f, 1e-6f, true),
+                 8, 2, 32),
              qwen_vocab(true, 2048, 2000)};
     x.for_tests = true;
     add(std::move(x));

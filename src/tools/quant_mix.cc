@@ -58,6 +58,12 @@ bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n 
 
 // Rows whose length is not a multiple of the block size cannot use a format:
 // fall back to a 32-element format of similar size, or F16 when even that fails.
+// llama.cpp matches tensor names by substring, so a mixture of experts'
+// stacked ffn_down_exps (one per layer) follows the ffn_down rules.
+bool is_ffn_down(TensorRole r) {
+  return r == TensorRole::kFfnDown || r == TensorRole::kFfnDownExps;
+}
+
 QType fit_to_row(QType t, int64_t row) {
   if (row % qtype_traits(t).block_elems == 0) return t;
   QType fb = QType::F16;
@@ -83,14 +89,15 @@ std::vector<QType> plan_tensor_types(const ArchConfig& cfg, const std::vector<We
   int n_attn_v = 0, n_ffn_down = 0;
   for (const auto& w : table) {
     n_attn_v += w.role == TensorRole::kAttnV;
-    n_ffn_down += w.role == TensorRole::kFfnDown;
+    n_ffn_down += is_ffn_down(w.role);
   }
   int i_attn_v = 0, i_ffn_down = 0;
   std::vector<QType> out;
   out.reserve(table.size());
   for (const auto& w : table) {
-    // Only matrices are converted; norms, biases and rope factors stay F32.
-    if (!w.is_matrix()) {
+    // Only matrices are converted; norms, biases and rope factors stay F32,
+    // and so does a mixture of experts' router, as llama.cpp leaves it.
+    if (!w.is_matrix() || w.role == TensorRole::kFfnGateInp) {
       out.push_back(QType::F32);
       continue;
     }
@@ -114,7 +121,7 @@ std::vector<QType> plan_tensor_types(const ArchConfig& cfg, const std::vector<We
         }
         if (is_70b && (t == QType::Q3_K || t == QType::Q4_K)) t = QType::Q5_K;
         ++i_attn_v;
-      } else if (w.role == TensorRole::kFfnDown) {
+      } else if (is_ffn_down(w.role)) {
         if ((ft == FileType::kQ4_K_M || ft == FileType::kQ5_K_M) &&
             use_more_bits(i_ffn_down, n_ffn_down)) {
           t = QType::Q6_K;

@@ -20,17 +20,24 @@ TensorRole role_from_name(const std::string& n) {
   if (has("attn_k.weight")) return TensorRole::kAttnK;
   if (has("attn_q.weight")) return TensorRole::kAttnQ;
   if (has("attn_output.weight")) return TensorRole::kAttnOutput;
+  if (has("ffn_gate_inp")) return TensorRole::kFfnGateInp;
+  if (has("ffn_down_exps")) return TensorRole::kFfnDownExps;
+  if (has("ffn_gate_exps")) return TensorRole::kFfnGateExps;
+  if (has("ffn_up_exps")) return TensorRole::kFfnUpExps;
   if (has("ffn_down")) return TensorRole::kFfnDown;
   if (has("ffn_gate")) return TensorRole::kFfnGate;
   if (has("ffn_up")) return TensorRole::kFfnUp;
   return TensorRole::kAttnNorm;  // any other tensor: no special rule applies
 }
 
-// Only 2-D "*.weight" tensors that are not norms get converted (as llama.cpp does).
+// Only 2-D "*.weight" tensors (and 3-D stacks of expert matrices) that are
+// not norms or a mixture of experts' router get converted, as llama.cpp does.
 bool convertible(const gguf::TensorInfo& t) {
   const std::string& n = t.name;
   const bool is_weight = n.size() >= 6 && n.compare(n.size() - 6, 6, "weight") == 0;
-  return t.shape.size() == 2 && is_weight && n.find("_norm.weight") == std::string::npos;
+  return (t.shape.size() == 2 || t.shape.size() == 3) && is_weight &&
+         n.find("_norm.weight") == std::string::npos &&
+         n.find("ffn_gate_inp.weight") == std::string::npos;
 }
 
 }  // namespace

@@ -2,6 +2,12 @@
 // reference files and against published figures.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "base/mapped_file.h"
 #include "gguf/gguf.h"
 #include "model/arch_config.h"
 #include "model/weights.h"
@@ -25,6 +31,8 @@ TEST(ArchConfig, ReadsReferenceModels) {
       {"aidreams260K-Q8_0.gguf", Arch::kLlama, 4, 64, 4, 4, 16, 512, false},
       {"tiny-qwen2-Q4_K_M.gguf", Arch::kQwen2, 0, 256, 0, 0, 0, 50257, true},
       {"tiny-qwen3-Q4_K_M.gguf", Arch::kQwen3, 3, 256, 8, 2, 64, 50257, true},
+      {"tiny-qwen3moe-f32.gguf", Arch::kQwen3Moe, 3, 64, 4, 2, 32, 50257, true},
+      {"tiny-qwen3moe-Q8_0.gguf", Arch::kQwen3Moe, 3, 64, 4, 2, 32, 50257, true},
   };
   for (const auto& w : wants) {
     auto f = gguf::File::open(test::ref_path(std::string("models/") + w.file));
@@ -39,6 +47,13 @@ TEST(ArchConfig, ReadsReferenceModels) {
     if (w.head_dim) EXPECT_EQ(c->head_dim_k, w.head_dim) << w.file;
     EXPECT_EQ(c->n_vocab, w.vocab) << w.file;
     EXPECT_EQ(c->tied_output, w.tied) << w.file;
+    EXPECT_EQ(c->is_moe(), w.arch == Arch::kQwen3Moe) << w.file;
+    if (c->is_moe()) {
+      EXPECT_EQ(c->n_expert, 8u);
+      EXPECT_EQ(c->n_expert_used, 2u);
+      EXPECT_EQ(c->n_ff_exp, 32u);
+      EXPECT_TRUE(c->has_qk_norm());
+    }
     // The weight table describes every tensor of the file, with its shape.
     Status st = validate_weights(*c, *f);
     EXPECT_TRUE(st.is_ok()) << st.message();
@@ -63,6 +78,48 @@ TEST(ArchConfig, ValidateWeightsNamesTheProblem) {
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("blk.3."), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("missing"), std::string::npos) << st.message();
+}
+
+// Expert counts that contradict each other or the tensors are refused,
+// naming the key or the tensor.
+TEST(ArchConfig, MoeExpertCountsAreChecked) {
+  SUSTAIN_REQUIRE_REF();
+  std::ifstream in(test::ref_path("models/tiny-qwen3moe-f32.gguf"), std::ios::binary);
+  const std::string base((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto with = [&](const std::string& key, uint32_t value) {
+    std::string bytes = base;
+    std::string needle = key;
+    const uint32_t type_u32 = 4;
+    needle.append(reinterpret_cast<const char*>(&type_u32), 4);
+    const size_t at = bytes.find(needle);
+    EXPECT_NE(at, std::string::npos) << key;
+    if (at != std::string::npos) std::memcpy(&bytes[at + needle.size()], &value, 4);
+    return bytes;
+  };
+  struct Case {
+    const char* key;
+    uint32_t value;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"qwen3moe.expert_used_count", 9, "`qwen3moe.expert_used_count` = 9 must be in [1"},
+      {"qwen3moe.expert_used_count", 0, "`qwen3moe.expert_used_count` = 0"},
+      {"qwen3moe.expert_count", 0, "`qwen3moe.expert_count` = 0"},
+      {"qwen3moe.expert_count", 16,
+       "tensor `blk.0.ffn_gate_inp.weight` has shape [8, 64], "
+       "expected [16, 64]"},
+      {"qwen3moe.expert_feed_forward_length", 64, "blk.0.ffn_gate_exps.weight"},
+      {"qwen3moe.expert_feed_forward_length", 0, "`qwen3moe.expert_feed_forward_length` is 0"},
+  };
+  for (const Case& k : cases) {
+    const std::string bytes = with(k.key, k.value);
+    auto f = gguf::File::parse(MappedFile::from_memory(bytes.data(), bytes.size(), "moe.gguf"));
+    ASSERT_TRUE(f) << f.status().message();
+    auto c = arch_config_from_gguf(*f);
+    Status st = c ? validate_weights(*c, *f) : c.status();
+    ASSERT_FALSE(st.is_ok()) << k.key << " = " << k.value;
+    EXPECT_NE(st.message().find(k.expect), std::string::npos) << st.message();
+  }
 }
 
 TEST(ArchConfig, RejectsInconsistentHyperparameters) {
@@ -112,10 +169,11 @@ TEST(Presets, ParameterCountsMatchPublishedSizes) {
     const char* name;
     double params;
   };
-  const Want wants[] = {
-      {"smollm2-135m", 134.5e6}, {"qwen2.5-0.5b", 494.0e6}, {"llama-3.2-1b", 1.236e9},
-      {"qwen3-4b", 4.022e9},     {"llama-3.1-8b", 8.030e9}, {"qwen2.5-7b", 7.616e9},
-      {"mistral-7b", 7.248e9},   {"qwen3-32b", 32.76e9},    {"llama-3.1-70b", 70.55e9}};
+  const Want wants[] = {{"smollm2-135m", 134.5e6},  {"qwen2.5-0.5b", 494.0e6},
+                        {"llama-3.2-1b", 1.236e9},  {"qwen3-4b", 4.022e9},
+                        {"llama-3.1-8b", 8.030e9},  {"qwen2.5-7b", 7.616e9},
+                        {"mistral-7b", 7.248e9},    {"qwen3-32b", 32.76e9},
+                        {"llama-3.1-70b", 70.55e9}, {"qwen3-30b-a3b", 30.53e9}};
   for (const auto& w : wants) {
     const auto* p = tools::find_preset(w.name);
     ASSERT_NE(p, nullptr) << w.name;
@@ -124,6 +182,22 @@ TEST(Presets, ParameterCountsMatchPublishedSizes) {
     const double n = static_cast<double>(parameter_count(weight_table(p->arch)));
     EXPECT_NEAR(n / w.params, 1.0, 0.005) << w.name << ": " << n;
   }
+}
+
+// Qwen3-30B-A3B: "30.5B in total and 3.3B activated" (its model card). A
+// token reads the attention, its 8 of 128 experts, the router and the norms.
+TEST(Presets, MoeActiveParameters) {
+  const auto* p = tools::find_preset("qwen3-30b-a3b");
+  ASSERT_NE(p, nullptr);
+  const ArchConfig& c = p->arch;
+  ASSERT_TRUE(c.is_moe());
+  uint64_t active = 0;
+  for (const auto& w : weight_table(c)) {
+    const bool exps = w.role == TensorRole::kFfnGateExps || w.role == TensorRole::kFfnUpExps ||
+                      w.role == TensorRole::kFfnDownExps;
+    active += exps ? w.n_elements() / c.n_expert * c.n_expert_used : w.n_elements();
+  }
+  EXPECT_NEAR(static_cast<double>(active) / 3.35e9, 1.0, 0.01) << active;
 }
 
 TEST(Presets, Llama3RopeFactors) {
