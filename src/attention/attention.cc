@@ -8,6 +8,7 @@
 
 #include "attention/kernel.h"
 #include "attention/merge.h"
+#include "attention/window.h"
 
 namespace sustain::attention {
 namespace {
@@ -190,7 +191,8 @@ void merge_block(const Run& R, int64_t unit) {
 }  // namespace
 
 size_t attention_scratch_bytes(const AttnParams& p, int64_t n_q, int n_threads) {
-  return layout(p, n_q, std::max(1, n_threads)).total;
+  const size_t fused = layout(p, n_q, std::max(1, n_threads)).total;
+  return std::max(fused, p.window > 0 ? window_scratch_bytes(p, n_threads) : 0);
 }
 
 void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
@@ -202,6 +204,20 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
   SUSTAIN_CHECK(layer >= 0 && layer < g.n_layer);
   const int64_t n_q = static_cast<int64_t>(queries.size());
   if (n_q == 0) return;
+  if (p.window > 0) {
+    // Only a context longer than the window needs the window path; shorter
+    // ones see every key either way.
+    bool beyond = false;
+    for (const QueryInfo& qi : queries) {
+      SUSTAIN_CHECK(qi.pages != nullptr && qi.n_visible >= 0 &&
+                    qi.n_visible <= static_cast<int64_t>(qi.pages->pages.size()) * g.page_tokens);
+      beyond = beyond || qi.n_visible > p.window;
+    }
+    if (beyond) {
+      attend_window(cache, layer, p, queries, q, out, pool, scratch);
+      return;
+    }
+  }
   const int n_threads = pool.size();
   const Layout L = layout(p, n_q, n_threads);
   auto* base = static_cast<uint8_t*>(scratch);

@@ -35,6 +35,9 @@ struct AttnParams {
   int head_dim_v = 0;
   float scale = 0.0f;  // usually 1/sqrt(head_dim_k)
   SplitKv split_kv = SplitKv::kAuto;
+  // Sliding window: > 0 limits each query to its last `window` keys (itself
+  // included); see window.h. attention_scratch_bytes sizes for it.
+  int window = 0;
 };
 
 // out[t, h, :] = sum_j softmax_j(scale * q[t,h] · K[j, kvh]) V[j, kvh] over the

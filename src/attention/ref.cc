@@ -22,11 +22,14 @@ void attend_ref(const kv::KvCache& cache, int layer, const AttnParams& p,
       const float* qr = q + (t * p.n_head + h) * dk;
       double* o = out + (t * p.n_head + h) * dv;
       std::fill(o, o + dv, 0.0);
-      if (qi.n_visible == 0) continue;
-      scores.assign(qi.n_visible, 0.0);
+      // A sliding window keeps the last p.window keys.
+      const int64_t k0 = p.window > 0 ? std::max<int64_t>(0, qi.n_visible - p.window) : 0;
+      const int64_t n = qi.n_visible - k0;
+      if (n == 0) continue;
+      scores.assign(n, 0.0);
       double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < qi.n_visible; ++j) {
-        cache.copy_k_row(*qi.pages, layer, kvh, j, bytes.data());
+      for (int64_t j = 0; j < n; ++j) {
+        cache.copy_k_row(*qi.pages, layer, kvh, k0 + j, bytes.data());
         deq_k(bytes.data(), krow.data(), dk);
         double s = 0.0;
         for (int c = 0; c < dk; ++c) s += double(qr[c]) * krow[c];
@@ -35,8 +38,8 @@ void attend_ref(const kv::KvCache& cache, int layer, const AttnParams& p,
       }
       double sum = 0.0;
       for (double& s : scores) sum += (s = std::exp(s - m));
-      for (int64_t j = 0; j < qi.n_visible; ++j) {
-        cache.copy_v_row(*qi.pages, layer, kvh, j, bytes.data());
+      for (int64_t j = 0; j < n; ++j) {
+        cache.copy_v_row(*qi.pages, layer, kvh, k0 + j, bytes.data());
         deq_v(bytes.data(), vrow.data(), dv);
         const double w = scores[j] / sum;
         for (int c = 0; c < dv; ++c) o[c] += w * vrow[c];

@@ -37,6 +37,10 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   cpu::swiglu(gate, up, out, n);
 }
 
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  cpu::geglu(gate, up, out, n);
+}
+
 void add(float* y, const float* x, int64_t n) {
   cpu::add(y, x, n);
 }

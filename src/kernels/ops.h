@@ -67,6 +67,9 @@ void rope(float* x, int n_heads, int64_t pos, const RopeParams& p);
 
 // out[i] = silu(gate[i]) * up[i]
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = gelu(gate[i]) * up[i], GELU in its tanh form (Gemma):
+//   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+void geglu(const float* gate, const float* up, float* out, int64_t n);
 // y[i] += x[i]
 void add(float* y, const float* x, int64_t n);
 // y[i] += b[i] for each of n_rows rows of n (bias broadcast)

@@ -39,6 +39,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);
 void rope(float* x, int n_heads, int64_t pos, const RopeParams& p);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void geglu(const float* gate, const float* up, float* out, int64_t n);
 void add(float* y, const float* x, int64_t n);
 void add_bias(float* y, const float* b, int64_t n_rows, int64_t n);
 void softmax(float* x, int64_t n);

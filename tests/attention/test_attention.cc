@@ -169,6 +169,30 @@ TEST(PrefillChunk, ForcedSplitOfAShortChunk) {
   worst_over_runs(*f.cache, 0, p, queries, 13);
 }
 
+// Sliding window (gemma3's local layers): each query sees its last `window`
+// keys. Windows of 1, a page, and more than the context; queries before,
+// at and past the window's length; f16, q8_0 and tiled q4_0 K/V, which the
+// window path dequantizes row by row.
+TEST(SlidingWindow, MatchesReference) {
+  for (QType t : {QType::F16, QType::Q8_0, QType::Q4_0}) {
+    for (int window : {1, 16, 37, 5000}) {
+      SCOPED_TRACE(std::string(qtype_name(t)) + " window " + std::to_string(window));
+      const kv::KvGeometry g = geometry(2, 32, 16, t, t);
+      Filled f = make_filled(g, {90, 300}, 21);
+      AttnParams p = params_for(g, 2, SplitKv::kAuto);
+      p.window = window;
+      std::vector<QueryInfo> queries;
+      for (int64_t pos = 0; pos < 90; pos += 7) queries.push_back({&f.seqs[0], pos + 1});
+      for (int64_t pos = 250; pos < 300; ++pos) queries.push_back({&f.seqs[1], pos + 1});
+      queries.push_back({&f.seqs[1], 0});  // sees nothing: zeros
+      // Row by row in f32, so the float tolerance holds for every format
+      // once the context passes the window; shorter contexts take the fused
+      // kernel and its format's tolerance.
+      worst_over_runs(*f.cache, 1, p, queries, 17);
+    }
+  }
+}
+
 // Peaked softmax (large scores): the running maximum changes often, so the
 // rescaling of earlier tiles is exercised.
 TEST(Attention, PeakedScores) {
@@ -326,3 +350,4 @@ TEST(Attention, EveryCompiledTarget) {
 
 }  // namespace
 }  // namespace sustain::attention::test
+

@@ -259,6 +259,23 @@ TEST(Elementwise, RmsNorm) {
   }
 }
 
+TEST(Elementwise, GegluAgainstTheTanhFormula) {
+  for (int64_t n : kSizes) {
+    auto gate = random_normal(static_cast<size_t>(n), n + 3, 3.0f);
+    if (n > 7) gate[1] = -60.0f, gate[4] = 50.0f, gate[6] = 0.0f;  // saturated tails, zero
+    const auto up = random_normal(static_cast<size_t>(n), n + 11);
+    std::vector<float> want(gate.size());
+    ref::geglu(gate.data(), up.data(), want.data(), n);
+    for_each_target([&] {
+      std::vector<float> got(gate.size());
+      geglu(gate.data(), up.data(), got.data(), n);
+      // x / (1 + exp(-2u)) against 0.5 x (1 + tanh u) in double: a few ulp,
+      // more where 1 + tanh u cancels (large negative x, tiny values).
+      expect_rel(got, want, 2e-6, 1e-12, "geglu");
+    });
+  }
+}
+
 TEST(Elementwise, SwigluAddSoftmax) {
   for (int64_t n : kSizes) {
     auto gate = random_normal(static_cast<size_t>(n), n, 4.0f);

@@ -67,6 +67,7 @@ TileFn kquant_packed_tile(QType t);  // Q3_K .. Q6_K (not Q2_K: its mins per 16)
 // Elementwise ops (dispatched).
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void geglu(const float* gate, const float* up, float* out, int64_t n);
 void add(float* y, const float* x, int64_t n);
 void softmax(float* x, int64_t n);
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, bool neox, const float* cos,
