@@ -136,7 +136,15 @@ int run_info(const InfoArgs& a) {
                     {"qk_norm", c.has_qk_norm()},
                     {"n_expert", c.n_expert},
                     {"n_expert_used", c.n_expert_used},
-                    {"n_ff_exp", c.n_ff_exp}};
+                    {"n_ff_exp", c.n_ff_exp},
+                    {"sliding_window", c.sliding_window},
+                    {"sliding_window_pattern", c.sliding_window_pattern},
+                    {"rope_freq_base_swa", c.rope_freq_base_swa}};
+    if (c.sliding_window > 0) {
+      std::vector<std::string> kinds;
+      for (uint32_t il = 0; il < c.n_layer; ++il) kinds.push_back(c.is_sliding(il) ? "sliding" : "full");
+      j["layer_kinds"] = kinds;
+    }
     if (c.is_moe()) {
       // A token reads only its experts: the stacked expert tensors count
       // n_expert_used / n_expert toward the parameters it uses.
@@ -225,6 +233,14 @@ int run_info(const InfoArgs& a) {
                        c.n_expert, c.n_expert_used, c.n_ff_exp,
                        human_count(j["n_params_active"].get<uint64_t>()),
                        j["n_params_active"].get<uint64_t>()));
+    if (c.sliding_window > 0) {
+      uint32_t local = 0;
+      for (uint32_t il = 0; il < c.n_layer; ++il) local += c.is_sliding(il);
+      line(fmt::format("sliding       window {} tokens on {} of {} blocks (period {}), RoPE base {} "
+                       "there; the others global",
+                       c.sliding_window, local, c.n_layer, c.sliding_window_pattern,
+                       c.rope_freq_base_swa));
+    }
     line(fmt::format("attention     {} heads, {} KV heads (GQA {}), head dim {} / {}{}{}", c.n_head,
                      c.n_head_kv, c.n_head / c.n_head_kv, c.head_dim_k, c.head_dim_v,
                      c.has_qkv_bias() ? ", QKV bias" : "", c.has_qk_norm() ? ", Q/K norm" : ""));

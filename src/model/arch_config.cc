@@ -1,5 +1,6 @@
 #include "model/arch_config.h"
 
+#include <cmath>
 #include <string_view>
 
 #include "gguf/gguf.h"
@@ -12,6 +13,7 @@ const char* arch_name(Arch a) {
     case Arch::kQwen2: return "qwen2";
     case Arch::kQwen3: return "qwen3";
     case Arch::kQwen3Moe: return "qwen3moe";
+    case Arch::kGemma3: return "gemma3";
   }
   return "?";
 }
@@ -54,9 +56,12 @@ Expected<ArchConfig> arch_config_from_gguf(const gguf::File& f) {
     c.arch = Arch::kQwen3;
   } else if (arch == "qwen3moe") {
     c.arch = Arch::kQwen3Moe;
+  } else if (arch == "gemma3") {
+    c.arch = Arch::kGemma3;
   } else {
     return error(Code::kUnsupported,
-                 "{}: architecture `{}` is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+                 "{}: architecture `{}` is not supported (supported: llama, qwen2, qwen3, "
+                 "qwen3moe, gemma3)",
                  f.path(), arch);
   }
   SUSTAIN_ASSIGN_OR_RETURN(c.name, f.get_string_or("general.name", ""));
@@ -104,6 +109,21 @@ Expected<ArchConfig> arch_config_from_gguf(const gguf::File& f) {
   }
   if (f.find_tensor("rope_freqs.weight")) c.rope_scaling = RopeScaling::kLlama3;
 
+  if (c.arch == Arch::kGemma3) {
+    SUSTAIN_ASSIGN_OR_RETURN(c.sliding_window, get_dim(f, p + "attention.sliding_window", 0));
+    // llama.cpp's Gemma 3 default period: 5 sliding blocks, then a global one.
+    SUSTAIN_ASSIGN_OR_RETURN(c.sliding_window_pattern,
+                             get_dim(f, p + "attention.sliding_window_pattern", 6));
+    if (c.sliding_window > 0 && c.sliding_window_pattern == 0)
+      return error(Code::kBadFile, "{}: `{}attention.sliding_window_pattern` is 0", f.path(), p);
+    SUSTAIN_ASSIGN_OR_RETURN(double swa_base, f.get_float_or(p + "rope.freq_base_swa", 10000.0));
+    c.rope_freq_base_swa = static_cast<float>(swa_base);
+    SUSTAIN_ASSIGN_OR_RETURN(double cap, f.get_float_or(p + "final_logit_softcapping", 0.0));
+    if (!(cap >= 0.0) || !std::isfinite(cap))
+      return error(Code::kBadFile, "{}: `{}final_logit_softcapping` = {} must be >= 0", f.path(),
+                   p, cap);
+    c.final_logit_softcap = static_cast<float>(cap);
+  }
   if (c.arch == Arch::kQwen3Moe) {
     SUSTAIN_ASSIGN_OR_RETURN(c.n_expert, get_dim(f, p + "expert_count"));
     SUSTAIN_ASSIGN_OR_RETURN(c.n_expert_used, get_dim(f, p + "expert_used_count"));
@@ -152,6 +172,12 @@ void arch_config_to_gguf(const ArchConfig& c, gguf::Writer& w) {
   w.set_f32(p + "rope.freq_base", c.rope_freq_base);
   w.set_f32(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
   w.set_u32(p + "vocab_size", c.n_vocab);
+  if (c.arch == Arch::kGemma3) {
+    w.set_u32(p + "attention.sliding_window", c.sliding_window);
+    w.set_u32(p + "attention.sliding_window_pattern", c.sliding_window_pattern);
+    w.set_f32(p + "rope.freq_base_swa", c.rope_freq_base_swa);
+    if (c.final_logit_softcap > 0.0f) w.set_f32(p + "final_logit_softcapping", c.final_logit_softcap);
+  }
   if (c.is_moe()) {
     w.set_u32(p + "expert_count", c.n_expert);
     w.set_u32(p + "expert_used_count", c.n_expert_used);

@@ -22,9 +22,10 @@ enum class Arch {
   kQwen2,  // Qwen 2 / 2.5: biases on Q, K and V
   kQwen3,     // Qwen 3: RMS norm on Q and K per head
   kQwen3Moe,  // Qwen 3 MoE: qwen3 attention, a mixture of experts in every FFN
+  kGemma3,    // Gemma 3: sliding-window and global layers, post-norms, GELU FFN
 };
 
-const char* arch_name(Arch a);  // GGUF spelling: "llama", "qwen2", "qwen3", "qwen3moe"
+const char* arch_name(Arch a);  // GGUF spelling: "llama", "qwen2", "qwen3", "qwen3moe", "gemma3"
 
 // kLlama3 is not a metadata value: Llama 3.1+ files carry the per-frequency
 // factors as a `rope_freqs.weight` tensor, and its presence selects it.
@@ -57,8 +58,23 @@ struct ArchConfig {
   uint32_t n_expert_used = 0;  // {arch}.expert_used_count
   uint32_t n_ff_exp = 0;       // {arch}.expert_feed_forward_length (default n_ff / n_expert_used)
 
+  // Sliding-window attention (gemma3): with a window W > 0 and period P,
+  // block i attends only to the last W positions (itself included) when
+  // i mod P < P - 1; the other blocks are global. Sliding blocks rotate with
+  // their own RoPE base and no frequency scaling.
+  uint32_t sliding_window = 0;          // {arch}.attention.sliding_window
+  uint32_t sliding_window_pattern = 0;  // {arch}.attention.sliding_window_pattern (gemma3: 6)
+  float rope_freq_base_swa = 10000.0f;  // {arch}.rope.freq_base_swa
+  float final_logit_softcap = 0.0f;     // {arch}.final_logit_softcapping; 0 = none
+
   bool has_qkv_bias() const { return arch == Arch::kQwen2; }
-  bool has_qk_norm() const { return arch == Arch::kQwen3 || arch == Arch::kQwen3Moe; }
+  bool has_qk_norm() const {
+    return arch == Arch::kQwen3 || arch == Arch::kQwen3Moe || arch == Arch::kGemma3;
+  }
+  bool is_sliding(uint32_t layer) const {
+    return sliding_window > 0 && sliding_window_pattern > 0 &&
+           layer % sliding_window_pattern < sliding_window_pattern - 1;
+  }
   bool is_moe() const { return n_expert > 0; }
   // Width of the FFN's hidden activations for one token and expert.
   uint32_t ffn_width() const { return is_moe() ? n_ff_exp : n_ff; }

@@ -97,6 +97,8 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
       case TensorRole::kFfnGateExps: L->gate_exps = expert_views(*t); break;
       case TensorRole::kFfnUpExps: L->up_exps = expert_views(*t); break;
       case TensorRole::kFfnDownExps: L->down_exps = expert_views(*t); break;
+      case TensorRole::kAttnPostNorm: SUSTAIN_TRY(vec(L->attn_post_norm)); break;
+      case TensorRole::kFfnPostNorm: SUSTAIN_TRY(vec(L->ffn_post_norm)); break;
     }
   }
   if (c.tied_output) w.output = w.token_embd;

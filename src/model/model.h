@@ -28,6 +28,7 @@ struct LayerWeights {
   std::vector<kernels::WeightView> gate_exps, up_exps, down_exps;
   std::vector<float> attn_norm, ffn_norm;  // [n_embd]
   std::vector<float> q_norm, k_norm;       // qwen3: [head_dim]
+  std::vector<float> attn_post_norm, ffn_post_norm;  // gemma3: [n_embd]
   std::vector<float> bq, bk, bv;           // qwen2: [q_dim], [k_dim], [v_dim]
 };
 

@@ -12,6 +12,13 @@ attention::AttnParams attn_params(const ArchConfig& c) {
   p.head_dim_k = static_cast<int>(c.head_dim_k);
   p.head_dim_v = static_cast<int>(c.head_dim_v);
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
+  // Gemma 3 27B (62 blocks) scales queries by its query_pre_attn_scalar,
+  // n_embd / n_head, which llama.cpp keys on the block count.
+  if (c.arch == Arch::kGemma3 && c.n_layer == 62)
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+  // Sizes the scratch for the sliding layers; attention_block sets each
+  // layer's own window.
+  p.window = static_cast<int>(c.sliding_window);
   return p;
 }
 
@@ -72,7 +79,12 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
     norm_rows(ws.q.data(), L.q_norm, ws.q.data(), T * c.n_head, c.head_dim_k, c.rms_eps);
     norm_rows(ws.k.data(), L.k_norm, ws.k.data(), T * c.n_head_kv, c.head_dim_k, c.rms_eps);
   }
-  const kernels::RopeParams rp = rope_params(c, m.weights(), o.neox);
+  kernels::RopeParams rp = rope_params(c, m.weights(), o.neox);
+  if (o.rope_base > 0.0f) {
+    rp.freq_base = o.rope_base;
+    rp.freq_scale = 1.0f;
+    rp.ext_factor = 0.0f;
+  }
   for (int64_t i = 0; i < T; ++i) {
     kernels::rope(ws.q.data() + i * qd, static_cast<int>(c.n_head), s[i].pos, rp);
     kernels::rope(ws.k.data() + i * kd, static_cast<int>(c.n_head_kv), s[i].pos, rp);
@@ -82,21 +94,30 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
   ws.queries.clear();
   for (int64_t i = 0; i < T; ++i)
     ws.queries.push_back({s.batch.seqs[static_cast<size_t>(s[i].seq)], s[i].pos + 1});
-  attention::attend(cache, layer, attn_params(c), ws.queries, ws.q.data(), ws.attn_out.data(),
-                    pool, ws.attn_scratch.data());
+  attention::AttnParams ap = attn_params(c);
+  ap.window = o.window;
+  attention::attend(cache, layer, ap, ws.queries, ws.q.data(), ws.attn_out.data(), pool,
+                    ws.attn_scratch.data());
   matmul(L.wo, ws.attn_out.data(), T, ws.cur.data(), ws, pool);
+  if (o.post_norm) norm_rows(ws.cur.data(), L.attn_post_norm, ws.cur.data(), T, d, c.rms_eps);
   for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);
 }
 
-void ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool& pool) {
+void ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool& pool,
+               const FfnOptions& o) {
   const ArchConfig& c = m.config();
   const LayerWeights& L = m.weights().layers[static_cast<size_t>(layer)];
   const int64_t T = s.size(), d = c.n_embd, ff = c.n_ff;
   norm_rows(ws.x.data(), L.ffn_norm, ws.cur.data(), T, d, c.rms_eps);
   matmul(L.w_gate, ws.cur.data(), T, ws.gate.data(), ws, pool);
   matmul(L.w_up, ws.cur.data(), T, ws.up.data(), ws, pool);
-  kernels::swiglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), T * ff);
+  if (o.gelu) {
+    kernels::geglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), T * ff);
+  } else {
+    kernels::swiglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), T * ff);
+  }
   matmul(L.w_down, ws.hidden.data(), T, ws.cur.data(), ws, pool);
+  if (o.post_norm) norm_rows(ws.cur.data(), L.ffn_post_norm, ws.cur.data(), T, d, c.rms_eps);
   for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);
 }
 
@@ -180,6 +201,10 @@ void output_head(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, f
   if (rows == 0) return;
   const auto& w = m.weights().output;
   kernels::matmul(w, ws.logits_in.data(), d, rows, logits, w.n_out, pool, ws.matmul_scratch.data());
+  // Gemma's final soft cap, where the file asks for it: cap · tanh(logit / cap).
+  if (const float cap = c.final_logit_softcap; cap > 0.0f) {
+    for (int64_t i = 0; i < rows * w.n_out; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  }
 }
 
 }  // namespace sustain

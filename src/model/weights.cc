@@ -32,6 +32,8 @@ const char* tensor_role_name(TensorRole r) {
     case TensorRole::kFfnGateExps: return "ffn_gate_exps";
     case TensorRole::kFfnUpExps: return "ffn_up_exps";
     case TensorRole::kFfnDownExps: return "ffn_down_exps";
+    case TensorRole::kAttnPostNorm: return "post_attention_norm";
+    case TensorRole::kFfnPostNorm: return "post_ffw_norm";
   }
   return "?";
 }
@@ -63,6 +65,8 @@ std::vector<WeightSpec> weight_table(const ArchConfig& c, bool with_rope_freqs) 
       t.push_back({name("attn_k_norm.weight"), R::kAttnKNorm, l, {int64_t{c.head_dim_k}}});
     }
     t.push_back({name("attn_output.weight"), R::kAttnOutput, l, {d, q}});
+    if (c.arch == Arch::kGemma3)
+      t.push_back({name("post_attention_norm.weight"), R::kAttnPostNorm, l, {d}});
     t.push_back({name("ffn_norm.weight"), R::kFfnNorm, l, {d}});
     if (c.is_moe()) {
       const int64_t ne = c.n_expert, fe = c.n_ff_exp;
@@ -75,6 +79,8 @@ std::vector<WeightSpec> weight_table(const ArchConfig& c, bool with_rope_freqs) 
     t.push_back({name("ffn_gate.weight"), R::kFfnGate, l, {ff, d}});
     t.push_back({name("ffn_up.weight"), R::kFfnUp, l, {ff, d}});
     t.push_back({name("ffn_down.weight"), R::kFfnDown, l, {d, ff}});
+    if (c.arch == Arch::kGemma3)
+      t.push_back({name("post_ffw_norm.weight"), R::kFfnPostNorm, l, {d}});
   }
   return t;
 }

@@ -41,6 +41,9 @@ enum class TensorRole {
   kFfnGateExps,
   kFfnUpExps,
   kFfnDownExps,
+  // Gemma 3: RMSNorm of each branch's output before the residual add.
+  kAttnPostNorm,
+  kFfnPostNorm,
 };
 const char* tensor_role_name(TensorRole r);  // "attn_q", "ffn_down", ...
 

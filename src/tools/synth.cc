@@ -46,6 +46,8 @@ void fill_rows(const WeightSpec& w, uint64_t seed, size_t tensor_index, int64_t 
     case TensorRole::kFfnNorm:
     case TensorRole::kAttnQNorm:
     case TensorRole::kAttnKNorm:
+    case TensorRole::kAttnPostNorm:
+    case TensorRole::kFfnPostNorm:
       // Norm gains around 1, as in a trained model.
       offset = 1.0f;
       scale = 0.05f;

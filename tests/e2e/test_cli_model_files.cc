@@ -181,29 +181,33 @@ TEST(CliQuantize, ByteIdenticalToLlamaCpp) {
   }
 }
 
-// A mixture of experts: the stacked [8, out, in] expert tensors become Q8_0
-// row by row, the router stays F32, as llama-quantize leaves them: every
-// tensor byte-identical to llama.cpp's Q8_0 file.
-TEST(CliQuantize, MoeByteIdenticalToLlamaCpp) {
+// The 2026 architectures: a mixture of experts (its stacked [8, out, in]
+// expert tensors become Q8_0 row by row, the router stays F32, as
+// llama-quantize leaves them) and gemma3 (post-norms stay F32): every tensor
+// byte-identical to llama.cpp's Q8_0 files.
+TEST(CliQuantize, NewArchitecturesByteIdenticalToLlamaCpp) {
   SUSTAIN_REQUIRE_REF();
-  const std::string out = tmp_path("q_moe_Q8_0.gguf");
-  auto r = run_cli("quantize " + ref_path("models/tiny-qwen3moe-f32.gguf") + " " + out +
-                   " --type Q8_0");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto ours = gguf::File::open(out);
-  ASSERT_TRUE(ours) << ours.status().message();
-  auto ref = gguf::File::open(ref_path("models/tiny-qwen3moe-Q8_0.gguf"));
-  ASSERT_TRUE(ref);
-  ASSERT_EQ(ours->tensors().size(), ref->tensors().size());
-  int identical = 0;
-  for (const auto& rt : ref->tensors()) {
-    const auto* ot = ours->find_tensor(rt.name);
-    ASSERT_NE(ot, nullptr) << rt.name;
-    EXPECT_EQ(qtype_name(ot->type), qtype_name(rt.type)) << rt.name;
-    ASSERT_EQ(ot->n_bytes, rt.n_bytes) << rt.name;
-    identical += std::memcmp(ot->data, rt.data, rt.n_bytes) == 0;
+  for (const char* model : {"tiny-qwen3moe", "tiny-gemma3"}) {
+    SCOPED_TRACE(model);
+    const std::string out = tmp_path(std::string("q_") + model + "_Q8_0.gguf");
+    auto r = run_cli("quantize " + ref_path(std::string("models/") + model + "-f32.gguf") + " " +
+                     out + " --type Q8_0");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto ours = gguf::File::open(out);
+    ASSERT_TRUE(ours) << ours.status().message();
+    auto ref = gguf::File::open(ref_path(std::string("models/") + model + "-Q8_0.gguf"));
+    ASSERT_TRUE(ref);
+    ASSERT_EQ(ours->tensors().size(), ref->tensors().size());
+    size_t identical = 0;
+    for (const auto& rt : ref->tensors()) {
+      const auto* ot = ours->find_tensor(rt.name);
+      ASSERT_NE(ot, nullptr) << rt.name;
+      EXPECT_EQ(qtype_name(ot->type), qtype_name(rt.type)) << rt.name;
+      ASSERT_EQ(ot->n_bytes, rt.n_bytes) << rt.name;
+      identical += std::memcmp(ot->data, rt.data, rt.n_bytes) == 0;
+    }
+    EXPECT_EQ(identical, ref->tensors().size());
   }
-  EXPECT_EQ(identical, 38);
 }
 
 TEST(CliQuantize, KQuantReportAndErrors) {

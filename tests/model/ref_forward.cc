@@ -123,6 +123,7 @@ RopeStyle rope_style(Arch arch) {
     case Arch::kQwen2:
     case Arch::kQwen3:
     case Arch::kQwen3Moe:
+    case Arch::kGemma3:
       return RopeStyle::kNeox;
   }
   return RopeStyle::kNorm;

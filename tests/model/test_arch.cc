@@ -33,6 +33,8 @@ TEST(ArchConfig, ReadsReferenceModels) {
       {"tiny-qwen3-Q4_K_M.gguf", Arch::kQwen3, 3, 256, 8, 2, 64, 50257, true},
       {"tiny-qwen3moe-f32.gguf", Arch::kQwen3Moe, 3, 64, 4, 2, 32, 50257, true},
       {"tiny-qwen3moe-Q8_0.gguf", Arch::kQwen3Moe, 3, 64, 4, 2, 32, 50257, true},
+      {"tiny-gemma3-f32.gguf", Arch::kGemma3, 7, 64, 4, 2, 32, 50257, true},
+      {"tiny-gemma3-Q8_0.gguf", Arch::kGemma3, 7, 64, 4, 2, 32, 50257, true},
   };
   for (const auto& w : wants) {
     auto f = gguf::File::open(test::ref_path(std::string("models/") + w.file));
@@ -53,6 +55,17 @@ TEST(ArchConfig, ReadsReferenceModels) {
       EXPECT_EQ(c->n_expert_used, 2u);
       EXPECT_EQ(c->n_ff_exp, 32u);
       EXPECT_TRUE(c->has_qk_norm());
+    }
+    if (w.arch == Arch::kGemma3) {
+      // Window 16, llama.cpp's default period 6: blocks 0-4 and 6 local, 5 global.
+      EXPECT_EQ(c->sliding_window, 16u);
+      EXPECT_EQ(c->sliding_window_pattern, 6u);
+      for (uint32_t il = 0; il < 7; ++il) EXPECT_EQ(c->is_sliding(il), il != 5) << il;
+      EXPECT_EQ(c->rope_freq_base_swa, 10000.0f);
+      EXPECT_EQ(c->rope_freq_base, 1e6f);
+      EXPECT_EQ(c->rope_scaling, RopeScaling::kLinear);
+      EXPECT_EQ(c->rope_scale_factor, 8.0f);
+      EXPECT_EQ(c->final_logit_softcap, 0.0f);
     }
     // The weight table describes every tensor of the file, with its shape.
     Status st = validate_weights(*c, *f);

@@ -1,0 +1,34 @@
+// Gemma 3: blocks of sliding-window attention (the last W positions, with
+// their own RoPE base and no frequency scaling) interleaved with global ones
+// (period P: block i is local when i mod P < P - 1); per-head RMSNorm of Q and
+// K; an RMSNorm on each branch's output before the residual add; a GELU-gated
+// FFN; embeddings scaled by sqrt(n_embd); tied output. The GGUF's norm gains
+// already include Gemma's "+1" (llama.cpp's converter adds it), so they are
+// used as stored.
+#include <cmath>
+
+#include "model/transformer.h"
+
+namespace sustain {
+
+Status forward_gemma3(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
+                      ThreadPool& pool, float* logits) {
+  const ArchConfig& c = m.config();
+  embed(m, s, ws);
+  const float scale = std::sqrt(static_cast<float>(c.n_embd));  // in f32, as llama.cpp
+  for (int64_t i = 0; i < s.size() * static_cast<int64_t>(c.n_embd); ++i) ws.x[i] *= scale;
+  const FfnOptions f{.gelu = true, .post_norm = true};
+  for (uint32_t il = 0; il < c.n_layer; ++il) {
+    AttnOptions o{.qkv_bias = false, .qk_norm = true, .neox = true, .post_norm = true};
+    if (c.is_sliding(il)) {
+      o.window = static_cast<int>(c.sliding_window);
+      o.rope_base = c.rope_freq_base_swa;
+    }
+    attention_block(m, static_cast<int>(il), s, o, cache, ws, pool);
+    ffn_block(m, static_cast<int>(il), s, ws, pool, f);
+  }
+  output_head(m, s, ws, pool, logits);
+  return Status::ok();
+}
+
+}  // namespace sustain
