@@ -1,10 +1,13 @@
 // `sustain serve -m M`: the OpenAI-compatible HTTP server (docs/server.md).
 // The socket is bound first, so /health answers 503 while the model loads;
-// SIGINT / SIGTERM stop the server, then the engine (cancelling what runs).
+// SIGINT / SIGTERM drain it (--shutdown-timeout), then stop the server and
+// the engine.
 #include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -36,6 +39,7 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   bool deterministic = false;
   int max_n = 8;
+  double shutdown_timeout_s = 10.0;
 };
 
 std::string file_stem(const std::string& path) {
@@ -105,10 +109,21 @@ int run_serve(const ServeArgs& a) {
     Status st = srv.run();
     if (!st) std::fprintf(stderr, "sustain: error: serve: %s\n", st.message().c_str());
   });
-  std::thread signals([&srv, sigs] {
+  // SIGTERM / SIGINT: stop taking requests, let running ones finish for up
+  // to --shutdown-timeout, cut the rest off with an error, then stop.
+  std::atomic<int> cut_off{-1};
+  std::atomic<bool> stopped{false};  // the signal thread is done with srv
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout_s * 1000));
+  std::thread signals([&srv, &cut_off, &stopped, sigs, grace] {
     int sig = 0;
     sigwait(&sigs, &sig);
-    if (sig == SIGINT || sig == SIGTERM) srv.stop();
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::fprintf(stderr, "sustain serve: %s: draining (up to %.1f s)\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM", grace.count() / 1000.0);
+      cut_off = srv.drain(grace);
+      srv.stop();
+      stopped = true;
+    }
   });
   signals.detach();
 
@@ -132,6 +147,12 @@ int run_serve(const ServeArgs& a) {
               static_cast<long long>((*eng)->kv_capacity_tokens()));
   std::fflush(stdout);
   http.join();
+  if (const int n = cut_off.load(); n >= 0) {
+    // srv lives on this stack: let the signal thread's stop() return first.
+    for (int i = 0; i < 500 && !stopped.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::fprintf(stderr, "sustain serve: stopped; %d request(s) cut off at the deadline\n", n);
+  }
   return 0;
 }
 
@@ -172,6 +193,11 @@ Runner add_serve(CLI::App& app) {
   sub->add_flag("--deterministic", a->deterministic,
                 "batch-independent results: at temperature 0 a request's text does not depend "
                 "on what else runs");
+  sub->add_option("--shutdown-timeout", a->shutdown_timeout_s,
+                  "on SIGTERM/SIGINT, seconds running requests may take to finish before they "
+                  "are cut off with an error (new ones get 503 at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   sub->add_option("--max-n", a->max_n, "most choices (n) per request")
       ->capture_default_str()
       ->check(CLI::Range(1, 128));

@@ -22,6 +22,8 @@ constexpr std::chrono::milliseconds kPollInterval(25);
 // One completion in flight: what the streaming content provider keeps alive
 // after the handler returns.
 struct Job {
+  explicit Job(std::atomic<int>& active) : counted(active) {}
+  ActiveRequest counted;  // destroyed last of all: the response has ended
   CompletionRequest req;
   std::string id;
   int64_t created = 0;
@@ -33,6 +35,10 @@ struct Job {
   bool finished_stream = false;
   int socket = -1;  // the client's connection, polled for a disconnect
 };
+
+ApiError shutting_down(std::string message) {
+  return ApiError{503, "server_error", std::move(message), "", "shutting_down"};
+}
 
 std::string new_id(Endpoint ep) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -115,6 +121,13 @@ void run_blocking(ServerState& s, Job& job, httplib::Response& res) {
       s.counters.disconnects++;
       return;
     }
+    if (!job.gen->done() && s.aborting.load()) {
+      job.gen->cancel();
+      send_error(s, res,
+                 shutting_down("the server shut down before this request finished; it was "
+                               "cancelled"));
+      return;
+    }
   }
   if (!failed.is_ok()) {
     ApiError e = error_from_status(failed);
@@ -145,6 +158,16 @@ bool stream_step(ServerState& s, Job& job, httplib::DataSink& sink) {
   const bool chat = job.req.endpoint == Endpoint::kChat;
   auto write = [&](const std::string& text) { return sink.write(text.data(), text.size()); };
   if (job.finished_stream) return false;
+  if (s.aborting.load()) {
+    // The shutdown deadline passed: a final error event, then the end.
+    job.gen->cancel();
+    const ApiError e = shutting_down("the server shut down before this stream finished; it was "
+                                     "cancelled");
+    write("data: " + error_body(e) + "\n\n");
+    job.finished_stream = true;
+    sink.done();
+    return true;
+  }
   bool ok = true;
   std::string out;
   Status failed;
@@ -221,12 +244,17 @@ void handle_completion(ServerState& s, const httplib::Request& req, httplib::Res
     send_error(s, res, ApiError{503, "server_error", "the model is still loading", "", "loading"});
     return;
   }
+  // Counted before the drain check, so a shutdown that starts now waits for it.
+  auto job = std::make_shared<Job>(s.active);
+  if (s.draining.load()) {
+    send_error(s, res, shutting_down("the server is shutting down and takes no new requests"));
+    return;
+  }
   auto parsed = parse_request(req.body, endpoint, s.config.limits);
   if (!parsed) {
     send_error(s, res, error_from_status(parsed.status()));
     return;
   }
-  auto job = std::make_shared<Job>();
   job->req = std::move(*parsed);
   CompletionRequest& r = job->req;
   if (!r.has_seed) {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -213,6 +214,11 @@ Expected<int> Server::bind() {
                res.set_content(R"({"status":"loading"})", "application/json");
                return;
              }
+             if (sp->draining.load()) {
+               res.status = 503;
+               res.set_content(R"({"status":"shutting down"})", "application/json");
+               return;
+             }
              res.set_content(R"({"status":"ok"})", "application/json");
            }));
   http.Get("/metrics", guarded(true, [sp](const httplib::Request&, httplib::Response& res) {
@@ -287,6 +293,22 @@ Status Server::attach(engine::Engine* engine) {
 
 void Server::stop() {
   if (impl_->http.is_running()) impl_->http.stop();
+}
+
+int Server::drain(std::chrono::milliseconds grace) {
+  ServerState& s = impl_->state;
+  s.draining = true;
+  auto wait_idle = [&s](std::chrono::milliseconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (s.active.load() > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  wait_idle(grace);
+  const int cut = s.active.load();
+  s.aborting = true;
+  // Running handlers notice within one poll interval and end their responses.
+  wait_idle(std::chrono::seconds(5));
+  return cut;
 }
 
 }  // namespace sustain::server

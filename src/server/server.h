@@ -7,6 +7,7 @@
 // engine.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -48,7 +49,14 @@ class Server {
   // The model is loaded: routes start serving. `engine` must outlive the server.
   // Fails (kInvalidArgument) when the chat template does not parse.
   Status attach(engine::Engine* engine);
+  // Stops at once: open connections are closed, requests are not answered.
   void stop();
+  // The first half of a graceful stop (call stop() after it): new
+  // completions get 503 ("shutting_down") and /health 503 at once; requests
+  // already running may finish within `grace`; those still running then end
+  // with an error (a final SSE error event for a stream). Returns how many
+  // were cut off.
+  int drain(std::chrono::milliseconds grace);
 
  private:
   struct Impl;

@@ -20,6 +20,24 @@ struct ServerState {
   std::atomic<engine::Engine*> engine{nullptr};
   std::optional<ChatFormatter> chat;  // set by attach() before `engine`
   ServerCounters counters;
+  // Shutdown (Server::shutdown): while `draining`, new completions get a 503
+  // and /health says so; once `aborting`, running requests end with an error
+  // (a final SSE error event for streams). `active` counts the completions
+  // between their admission and the end of their response.
+  std::atomic<bool> draining{false}, aborting{false};
+  std::atomic<int> active{0};
+};
+
+// Holds one count of ServerState::active for as long as it lives.
+class ActiveRequest {
+ public:
+  explicit ActiveRequest(std::atomic<int>& n) : n_(&n) { n_->fetch_add(1); }
+  ~ActiveRequest() { n_->fetch_sub(1); }
+  ActiveRequest(const ActiveRequest&) = delete;
+  ActiveRequest& operator=(const ActiveRequest&) = delete;
+
+ private:
+  std::atomic<int>* n_;
 };
 
 // Writes an OpenAI error body with its status (and Retry-After for 429).

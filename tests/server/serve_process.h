@@ -121,6 +121,22 @@ class ServeProcess {
     return pid_ > 0 && waitpid(pid_, &st, WNOHANG) == 0;
   }
 
+  // Sends `sig` and waits up to `timeout_ms` for the process to end; its exit
+  // status (128 + signal if a signal ended it), or -1 if it is still running.
+  int signal_and_wait(int sig, int timeout_ms) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, sig);
+    for (int waited = 0; waited <= timeout_ms; waited += 20) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
   int port() const { return port_; }
   httplib::Client client(int timeout_s = 120) const {
     httplib::Client c("127.0.0.1", port_);
