@@ -149,11 +149,9 @@ int run_info(const InfoArgs& a) {
       // A token reads only its experts: the stacked expert tensors count
       // n_expert_used / n_expert toward the parameters it uses.
       uint64_t active = 0;
-      for (const auto& t : f.tensors()) {
-        const bool exps = t.name.size() > 12 &&
-                          t.name.compare(t.name.size() - 12, 12, "_exps.weight") == 0;
-        active += exps ? t.n_elements / c.n_expert * c.n_expert_used : t.n_elements;
-      }
+      for (const auto& t : f.tensors())
+        active += is_expert_stack(t.name) ? t.n_elements / c.n_expert * c.n_expert_used
+                                          : t.n_elements;
       j["n_params_active"] = active;
     }
     Status wv = validate_weights(c, f);

@@ -120,6 +120,11 @@ Status validate_weights(const ArchConfig& c, const gguf::File& f) {
   return Status::ok();
 }
 
+bool is_expert_stack(std::string_view name) {
+  constexpr std::string_view kSuffix = "_exps.weight";
+  return name.size() > kSuffix.size() && name.substr(name.size() - kSuffix.size()) == kSuffix;
+}
+
 uint64_t parameter_count(const std::vector<WeightSpec>& table) {
   uint64_t n = 0;
   for (const auto& w : table) n += w.n_elements();

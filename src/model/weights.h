@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -72,6 +73,11 @@ std::vector<WeightSpec> weight_table(const ArchConfig& cfg, bool with_rope_freqs
 // optional ones, when present, have the right shape too, and that the file
 // holds no tensor the table does not know. Errors name the tensor and shapes.
 Status validate_weights(const ArchConfig& cfg, const gguf::File& f);
+
+// Whether a tensor name is a mixture of experts' stacked expert matrices
+// ("blk.N.ffn_{gate,up,down}_exps.weight"), of which a token reads only
+// n_expert_used / n_expert.
+bool is_expert_stack(std::string_view name);
 
 // Total parameters of the table (what `synth --list` and `info` report).
 uint64_t parameter_count(const std::vector<WeightSpec>& table);

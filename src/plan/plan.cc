@@ -250,9 +250,7 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
     uint64_t step = t.bytes;
     // A mixture of experts reads only the experts a token uses: of the
     // stacked expert tensors, n_expert_used / n_expert per decode step.
-    if (c.is_moe() && t.name.size() > 12 &&
-        t.name.compare(t.name.size() - 12, 12, "_exps.weight") == 0)
-      step = t.bytes / c.n_expert * c.n_expert_used;
+    if (c.is_moe() && is_expert_stack(t.name)) step = t.bytes / c.n_expert * c.n_expert_used;
     const bool embd = t.name == "token_embd.weight";
     if (embd && !c.tied_output && t.shape.size() == 2 && t.shape[0] > 0)
       step = t.bytes / static_cast<uint64_t>(t.shape[0]);

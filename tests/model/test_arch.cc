@@ -213,6 +213,22 @@ TEST(Presets, MoeActiveParameters) {
   EXPECT_NEAR(static_cast<double>(active) / 3.35e9, 1.0, 0.01) << active;
 }
 
+TEST(Weights, ExpertStacksByName) {
+  EXPECT_TRUE(is_expert_stack("blk.0.ffn_gate_exps.weight"));
+  EXPECT_TRUE(is_expert_stack("blk.47.ffn_down_exps.weight"));
+  EXPECT_FALSE(is_expert_stack("blk.0.ffn_gate_inp.weight"));  // the router is read whole
+  EXPECT_FALSE(is_expert_stack("blk.0.ffn_down.weight"));
+  EXPECT_FALSE(is_expert_stack("_exps.weight"));
+  // Every stacked tensor of the table, and nothing else, is one.
+  const auto* p = tools::find_preset("qwen3-30b-a3b");
+  ASSERT_NE(p, nullptr);
+  for (const auto& w : weight_table(p->arch)) {
+    const bool stack = w.role == TensorRole::kFfnGateExps || w.role == TensorRole::kFfnUpExps ||
+                       w.role == TensorRole::kFfnDownExps;
+    EXPECT_EQ(is_expert_stack(w.name), stack) << w.name;
+  }
+}
+
 TEST(Presets, Llama3RopeFactors) {
   const auto* p = tools::find_preset("llama-3.1-8b");
   const auto f = tools::llama3_rope_factors(*p);

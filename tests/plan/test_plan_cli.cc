@@ -62,6 +62,21 @@ TEST(PlanCli, JsonFields) {
   EXPECT_NE(t.out.find(j["verdict"].get<std::string>()), std::string::npos) << t.out;
 }
 
+// A mixture of experts: every expert counts in memory, only the used ones in
+// the bytes a decode step reads. Qwen3-30B-A3B's expert stacks are ~94% of
+// its weights and a token uses 8 of 128, so a step reads about a tenth.
+TEST(PlanCli, MoeStepReadsOnlyActiveExperts) {
+  const auto j = plan_json("--preset qwen3-30b-a3b --type Q4_K_M -c 4096 --bandwidth 25");
+  const double total = j["weights_bytes"].get<double>();
+  const double step = j["weights"]["step_bytes"].get<double>();
+  EXPECT_GT(total, 15e9);
+  EXPECT_GT(step, 0.05 * total);
+  EXPECT_LT(step, 0.15 * total);
+  // The speed model divides by the active bytes, not the 17 GB.
+  const double tok_s = j["speed"]["points"][0]["tok_s"].get<double>();
+  EXPECT_GT(tok_s, 25e9 / total * 5);
+}
+
 TEST(PlanCli, PublishedFigures) {
   // Seed 000 §3.1: Llama 3 8B shape, f16, 32K → 4294967296 B ≈ 4.29 GB.
   auto j = plan_json("--preset llama-3.1-8b -c 32768 -ctk f16 -ctv f16");

@@ -10,6 +10,7 @@
 #include <future>
 #include <thread>
 
+#include "e2e/cli_runner.h"
 #include "server/serve_process.h"
 
 namespace sustain::test {
@@ -137,6 +138,14 @@ TEST(ServerShutdown, TheDeadlineEndsStreamsWithAnErrorEvent) {
   // Bounded: 0.3 s of grace plus a poll interval and the process exit, far
   // below the generation's length (printed for the record, not a speed test).
   std::printf("[ measured ] SIGTERM to exit with a stream cut off: %.2f s\n", secs);
+}
+
+TEST(ServerShutdown, TimeoutOutOfRangeIsRefused) {
+  for (const char* v : {"-1", "3601", "soon"}) {
+    const CliResult r = run_cli(std::string("serve -m unused.gguf --shutdown-timeout ") + v);
+    EXPECT_EQ(r.exit_code, 2) << v << ": " << r.err;
+    EXPECT_NE(r.err.find("--shutdown-timeout"), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace
