@@ -111,6 +111,9 @@ Expected<KvCache> KvCache::create(const KvGeometry& g, int64_t max_tokens) {
   // Pop order hands out low page ids first: a fresh sequence's pages ascend.
   c.free_.resize(n_pages);
   for (uint64_t i = 0; i < n_pages; ++i) c.free_[i] = static_cast<int32_t>(n_pages - 1 - i);
+  if (!g.state.empty()) {
+    SUSTAIN_ASSIGN_OR_RETURN(c.states_, StatePool::create(g.state, std::max(1, g.state_slots)));
+  }
   return c;
 }
 
@@ -132,6 +135,13 @@ Status KvCache::reserve(PageTable& t, int64_t n) {
                  "KV cache out of pages: {} more tokens need {} more pages of {} tokens, {} of {} "
                  "are free",
                  n, more, g_.page_tokens, free_.size(), n_pages_);
+  }
+  if (has_state() && t.state < 0) {
+    t.state = states_.alloc();
+    if (t.state < 0)
+      return error(Code::kOutOfMemory,
+                   "recurrent state: all {} slots are in use (one per running sequence)",
+                   states_.n_slots());
   }
   if (n > 0 && t.n_tokens % g_.page_tokens != 0) {
     int32_t& last = t.pages[static_cast<size_t>(t.n_tokens / g_.page_tokens)];
@@ -185,6 +195,8 @@ void KvCache::truncate(PageTable& t, int64_t n_tokens) {
 void KvCache::release(PageTable& t) {
   truncate(t, 0);
   t.pages.clear();
+  if (t.state >= 0) states_.free(t.state);
+  t.state = -1;
 }
 
 uint8_t* KvCache::layer_of(const PageTable& t, int layer, int64_t pos) const {

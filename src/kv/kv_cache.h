@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kv/state_pool.h"
 #include "kv/tiled.h"
 #include "tensor/qtype.h"
 
@@ -38,6 +39,11 @@ struct KvGeometry {
   // Store the block formats and FP8 in the tiled layout (kv/tiled.h) where
   // the head dim is a multiple of 32.
   bool tiled = true;
+  // Hybrid models: the recurrent state each sequence carries beside its
+  // pages (empty for attention-only models), and how many sequences can
+  // hold one at a time.
+  StateGeometry state;
+  int32_t state_slots = 1;
 
   // Whether K (or V) pages are stored tiled.
   bool k_tiled() const {
@@ -73,6 +79,7 @@ Status validate(const KvGeometry& g);
 struct PageTable {
   std::vector<int32_t> pages;
   int64_t n_tokens = 0;
+  int32_t state = -1;  // hybrid models: the sequence's recurrent-state slot
 };
 
 // Unmaps the page pool.
@@ -105,8 +112,15 @@ class KvCache {
   void retain(int32_t page);
   void unref(int32_t page);
 
+  // Recurrent state of hybrid models (empty pool otherwise).
+  StatePool& states() { return states_; }
+  const StatePool& states() const { return states_; }
+  bool has_state() const { return !g_.state.empty(); }
+
   // Makes room for `n` more tokens at the end of `t` (allocating pages as
-  // needed) and adds n to t.n_tokens. Copy on write: when the next token
+  // needed) and adds n to t.n_tokens. A hybrid model's sequence also gets a
+  // recurrent-state slot on its first reserve (kOutOfMemory when none is
+  // free). Copy on write: when the next token
   // would land in a partly filled page that another holder shares, that page
   // is first copied to a private one. Fails with kOutOfMemory, leaving `t`
   // unchanged, when the pool is out of pages.
@@ -116,7 +130,7 @@ class KvCache {
   // Shrinks `t` to its first n_tokens tokens (n_tokens <= t.n_tokens),
   // returning pages no longer needed: speculative-decoding rollback.
   void truncate(PageTable& t, int64_t n_tokens);
-  // Returns all pages of `t` to the pool.
+  // Returns all pages of `t` (and its state slot) to the pool.
   void release(PageTable& t);
 
   // Copies the K / V row of (layer, head) for token slot `pos` of `t` (pos <
@@ -160,6 +174,7 @@ class KvCache {
   std::vector<int32_t> free_;      // stack of free page ids
   std::vector<int32_t> refcount_;  // per page
   std::vector<uint8_t> row_buf_;   // a quantized row on its way to a tiled block
+  StatePool states_;
 };
 
 }  // namespace sustain::kv
