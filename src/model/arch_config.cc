@@ -14,8 +14,22 @@ const char* arch_name(Arch a) {
     case Arch::kQwen3: return "qwen3";
     case Arch::kQwen3Moe: return "qwen3moe";
     case Arch::kGemma3: return "gemma3";
+    case Arch::kQwen35: return "qwen35";
   }
   return "?";
+}
+
+uint32_t ArchConfig::n_kv_layer() const {
+  uint32_t n = 0;
+  for (uint32_t il = 0; il < n_main_layer(); ++il) n += !is_recurrent(il);
+  return n;
+}
+
+int ArchConfig::kv_layer(uint32_t layer) const {
+  if (layer >= n_main_layer() || is_recurrent(layer)) return -1;
+  int k = 0;
+  for (uint32_t il = 0; il < layer; ++il) k += !is_recurrent(il);
+  return k;
 }
 
 const char* rope_scaling_name(RopeScaling s) {
@@ -58,10 +72,12 @@ Expected<ArchConfig> arch_config_from_gguf(const gguf::File& f) {
     c.arch = Arch::kQwen3Moe;
   } else if (arch == "gemma3") {
     c.arch = Arch::kGemma3;
+  } else if (arch == "qwen35") {
+    c.arch = Arch::kQwen35;
   } else {
     return error(Code::kUnsupported,
                  "{}: architecture `{}` is not supported (supported: llama, qwen2, qwen3, "
-                 "qwen3moe, gemma3)",
+                 "qwen3moe, gemma3, qwen35)",
                  f.path(), arch);
   }
   SUSTAIN_ASSIGN_OR_RETURN(c.name, f.get_string_or("general.name", ""));
@@ -138,6 +154,41 @@ Expected<ArchConfig> arch_config_from_gguf(const gguf::File& f) {
       return error(Code::kBadFile, "{}: `{}expert_feed_forward_length` is 0", f.path(), p);
   }
 
+  if (c.arch == Arch::kQwen35) {
+    SUSTAIN_ASSIGN_OR_RETURN(c.n_nextn, get_dim(f, p + "nextn_predict_layers", 0));
+    if (c.n_nextn >= c.n_layer)
+      return error(Code::kBadFile,
+                   "{}: `{}nextn_predict_layers` = {} leaves no main block of `{}block_count` = {}",
+                   f.path(), p, c.n_nextn, p, c.n_layer);
+    if (f.has(p + "attention.recurrent_layers"))
+      return error(Code::kUnsupported,
+                   "{}: `{}attention.recurrent_layers` (an explicit layer pattern) is not "
+                   "supported; sustain follows `{}full_attention_interval`",
+                   f.path(), p, p);
+    SUSTAIN_ASSIGN_OR_RETURN(c.full_attention_interval,
+                             get_dim(f, p + "full_attention_interval", 4));
+    if (c.full_attention_interval == 0)
+      return error(Code::kBadFile, "{}: `{}full_attention_interval` is 0", f.path(), p);
+    SUSTAIN_ASSIGN_OR_RETURN(c.ssm_conv_kernel, get_dim(f, p + "ssm.conv_kernel"));
+    SUSTAIN_ASSIGN_OR_RETURN(c.ssm_head_dim, get_dim(f, p + "ssm.state_size"));
+    SUSTAIN_ASSIGN_OR_RETURN(c.ssm_n_k_heads, get_dim(f, p + "ssm.group_count"));
+    SUSTAIN_ASSIGN_OR_RETURN(c.ssm_n_v_heads, get_dim(f, p + "ssm.time_step_rank"));
+    SUSTAIN_ASSIGN_OR_RETURN(c.ssm_inner, get_dim(f, p + "ssm.inner_size"));
+    if (!f.has(p + "rope.dimension_sections"))
+      return error(Code::kBadFile, "{}: required key `{}rope.dimension_sections` is missing",
+                   f.path(), p);
+    SUSTAIN_ASSIGN_OR_RETURN(auto sec, f.get_int_array(p + "rope.dimension_sections"));
+    if (sec.size() > 4)
+      return error(Code::kBadFile, "{}: `{}rope.dimension_sections` has {} entries (at most 4)",
+                   f.path(), p, sec.size());
+    for (size_t i = 0; i < sec.size(); ++i) {
+      if (sec[i] < 0 || sec[i] > 65536)
+        return error(Code::kBadFile, "{}: `{}rope.dimension_sections`[{}] = {} is out of range",
+                     f.path(), p, i, sec[i]);
+      c.rope_sections[i] = static_cast<uint32_t>(sec[i]);
+    }
+  }
+
   // Vocabulary size: the embedding matrix is the authority.
   if (const auto* emb = f.find_tensor("token_embd.weight"); emb && emb->shape.size() == 2) {
     if (emb->shape[0] > (int64_t{1} << 31))
@@ -178,6 +229,20 @@ void arch_config_to_gguf(const ArchConfig& c, gguf::Writer& w) {
     w.set_f32(p + "rope.freq_base_swa", c.rope_freq_base_swa);
     if (c.final_logit_softcap > 0.0f) w.set_f32(p + "final_logit_softcapping", c.final_logit_softcap);
   }
+  if (c.is_hybrid()) {
+    w.set_u32(p + "nextn_predict_layers", c.n_nextn);
+    w.set_u32(p + "full_attention_interval", c.full_attention_interval);
+    w.set_u32(p + "ssm.conv_kernel", c.ssm_conv_kernel);
+    w.set_u32(p + "ssm.state_size", c.ssm_head_dim);
+    w.set_u32(p + "ssm.group_count", c.ssm_n_k_heads);
+    w.set_u32(p + "ssm.time_step_rank", c.ssm_n_v_heads);
+    w.set_u32(p + "ssm.inner_size", c.ssm_inner);
+    w.set(p + "rope.dimension_sections",
+          gguf::Value::i32_array({static_cast<int32_t>(c.rope_sections[0]),
+                                  static_cast<int32_t>(c.rope_sections[1]),
+                                  static_cast<int32_t>(c.rope_sections[2]),
+                                  static_cast<int32_t>(c.rope_sections[3])}));
+  }
   if (c.is_moe()) {
     w.set_u32(p + "expert_count", c.n_expert);
     w.set_u32(p + "expert_used_count", c.n_expert_used);
@@ -210,6 +275,48 @@ Status validate_arch_config(const ArchConfig& c) {
                  c.n_expert_used, c.n_expert, c.n_ff_exp);
   if (!(c.rms_eps > 0.0f) || !(c.rope_freq_base > 0.0f))
     return error(Code::kBadFile, "rms epsilon and rope base must be positive");
+  if (c.is_hybrid()) {
+    if (c.n_nextn >= c.n_layer)
+      return error(Code::kBadFile, "nextn_predict_layers {} leaves no main block of {}", c.n_nextn,
+                   c.n_layer);
+    if (c.full_attention_interval == 0)
+      return error(Code::kBadFile, "full_attention_interval is 0");
+    if (c.ssm_conv_kernel == 0 || c.ssm_conv_kernel > 64 || c.ssm_head_dim == 0 ||
+        c.ssm_n_k_heads == 0 || c.ssm_n_v_heads == 0)
+      return error(Code::kBadFile,
+                   "ssm.conv_kernel {} (1..64), ssm.state_size {}, ssm.group_count {} and "
+                   "ssm.time_step_rank {} must be non-zero",
+                   c.ssm_conv_kernel, c.ssm_head_dim, c.ssm_n_k_heads, c.ssm_n_v_heads);
+    if (c.ssm_n_v_heads % c.ssm_n_k_heads != 0)
+      return error(Code::kBadFile,
+                   "ssm.time_step_rank {} (value heads) is not a multiple of ssm.group_count {} "
+                   "(key heads)",
+                   c.ssm_n_v_heads, c.ssm_n_k_heads);
+    if (uint64_t{c.ssm_inner} != uint64_t{c.ssm_n_v_heads} * c.ssm_head_dim)
+      return error(Code::kBadFile,
+                   "ssm.inner_size {} must equal ssm.time_step_rank {} × ssm.state_size {}",
+                   c.ssm_inner, c.ssm_n_v_heads, c.ssm_head_dim);
+    if (c.head_dim_k != c.head_dim_v)
+      return error(Code::kBadFile, "qwen35 attention key length {} and value length {} differ",
+                   c.head_dim_k, c.head_dim_v);
+    // IMROPE for text: every rotary pair must take the token position (a
+    // pair on the fourth stream would stay unrotated, which only images use).
+    const uint32_t s0 = c.rope_sections[0], s1 = c.rope_sections[1], s2 = c.rope_sections[2];
+    const uint32_t sect = s0 + s1 + s2 + c.rope_sections[3];
+    if (sect == 0) return error(Code::kBadFile, "rope.dimension_sections are all 0");
+    for (uint32_t j = 0; j < c.rope_dim / 2; ++j) {
+      const uint32_t sec = j % sect;
+      const bool pos = (sec % 3 == 0 && sec < 3 * s0) || (sec % 3 == 1 && sec < 3 * s1) ||
+                       (sec % 3 == 2 && sec < 3 * s2);
+      if (!pos)
+        return error(Code::kUnsupported,
+                     "rope.dimension_sections [{}, {}, {}, {}] leave rotary pair {} of {} on the "
+                     "fourth (image) position stream, which sustain does not implement",
+                     s0, s1, s2, c.rope_sections[3], j, c.rope_dim / 2);
+    }
+  } else if (c.n_nextn != 0) {
+    return error(Code::kBadFile, "{} cannot have NextN/MTP blocks", arch_name(c.arch));
+  }
   return Status::ok();
 }
 
@@ -219,7 +326,7 @@ std::optional<uint64_t> kv_bytes_per_token(const ArchConfig& c, QType k_type, QT
   if (c.head_dim_k % tk.block_elems != 0 || c.head_dim_v % tv.block_elems != 0) return std::nullopt;
   const uint64_t k_row = qtype_row_bytes(k_type, c.head_dim_k);
   const uint64_t v_row = qtype_row_bytes(v_type, c.head_dim_v);
-  return uint64_t{c.n_layer} * c.n_head_kv * (k_row + v_row);
+  return uint64_t{c.n_kv_layer()} * c.n_head_kv * (k_row + v_row);
 }
 
 }  // namespace sustain

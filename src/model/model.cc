@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/delta_rule.h"
 #include "model/transformer.h"
 #include "model/weights.h"
 
@@ -99,6 +100,21 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
       case TensorRole::kFfnDownExps: L->down_exps = expert_views(*t); break;
       case TensorRole::kAttnPostNorm: SUSTAIN_TRY(vec(L->attn_post_norm)); break;
       case TensorRole::kFfnPostNorm: SUSTAIN_TRY(vec(L->ffn_post_norm)); break;
+      case TensorRole::kSsmQkv: L->ssm_qkv = view_of(*t); break;
+      case TensorRole::kSsmGate: L->ssm_gate = view_of(*t); break;
+      case TensorRole::kSsmBeta: L->ssm_beta = view_of(*t); break;
+      case TensorRole::kSsmAlpha: L->ssm_alpha = view_of(*t); break;
+      case TensorRole::kSsmOut: L->ssm_out = view_of(*t); break;
+      case TensorRole::kSsmDtBias: SUSTAIN_TRY(vec(L->ssm_dt_bias)); break;
+      case TensorRole::kSsmA: SUSTAIN_TRY(vec(L->ssm_a)); break;
+      case TensorRole::kSsmConv1d: SUSTAIN_TRY(vec(L->ssm_conv)); break;
+      case TensorRole::kSsmNorm: SUSTAIN_TRY(vec(L->ssm_norm)); break;
+      case TensorRole::kNextnEhProj: L->nextn_eh_proj = view_of(*t); break;
+      case TensorRole::kNextnEmbedTokens: L->nextn_embed = view_of(*t); break;
+      case TensorRole::kNextnSharedHeadHead: L->nextn_head = view_of(*t); break;
+      case TensorRole::kNextnEnorm: SUSTAIN_TRY(vec(L->nextn_enorm)); break;
+      case TensorRole::kNextnHnorm: SUSTAIN_TRY(vec(L->nextn_hnorm)); break;
+      case TensorRole::kNextnSharedHeadNorm: SUSTAIN_TRY(vec(L->nextn_head_norm)); break;
     }
   }
   if (c.tied_output) w.output = w.token_embd;
@@ -108,9 +124,19 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
   return m;
 }
 
-kv::KvGeometry Model::kv_geometry(QType k_type, QType v_type, int page_tokens) const {
+kv::KvGeometry Model::kv_geometry(QType k_type, QType v_type, int page_tokens,
+                                  int state_slots) const {
   kv::KvGeometry g;
-  g.n_layer = static_cast<int>(cfg_.n_layer);
+  g.n_layer = static_cast<int>(cfg_.n_kv_layer());
+  if (cfg_.is_hybrid()) {
+    g.state.n_layer = static_cast<int>(cfg_.n_recurrent_layer());
+    g.state.conv_rows = static_cast<int>(cfg_.ssm_conv_kernel) - 1;
+    g.state.conv_channels = static_cast<int>(cfg_.ssm_conv_channels());
+    g.state.n_head = static_cast<int>(cfg_.ssm_n_v_heads);
+    g.state.head_dim_k = static_cast<int>(cfg_.ssm_head_dim);
+    g.state.head_dim_v = static_cast<int>(cfg_.ssm_head_dim);
+    g.state_slots = state_slots;
+  }
   g.n_head_kv = static_cast<int>(cfg_.n_head_kv);
   g.head_dim_k = static_cast<int>(cfg_.head_dim_k);
   g.head_dim_v = static_cast<int>(cfg_.head_dim_v);
@@ -146,6 +172,22 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
     ws.expert_out.resize(n * c.n_embd);
   }
   ws.logits_in.resize(n * c.n_embd);
+  if (c.has_attn_gate()) {
+    ws.q_gate.resize(n * 2 * c.q_dim());
+    ws.attn_gate.resize(n * c.q_dim());
+  }
+  if (c.n_nextn > 0) ws.mtp_in.resize(n * 2 * c.n_embd);
+  if (c.is_hybrid()) {
+    ws.ssm_mixed.resize(n * c.ssm_conv_channels());
+    ws.ssm_conv.resize(n * c.ssm_conv_channels());
+    ws.ssm_z.resize(n * c.ssm_inner);
+    ws.ssm_o.resize(n * c.ssm_inner);
+    ws.ssm_beta.resize(n * c.ssm_n_v_heads);
+    ws.ssm_g.resize(n * c.ssm_n_v_heads);
+    ws.ssm_scratch_floats = kernels::delta_rule_scratch_floats(
+        kDeltaRuleChunk, static_cast<int>(c.ssm_head_dim), static_cast<int>(c.ssm_head_dim));
+    ws.ssm_scratch.resize(ws.ssm_scratch_floats * static_cast<size_t>(std::max(1, n_threads)));
+  }
   // Matmul scratch: the largest activation row set of any matrix in the model.
   size_t ms = 0;
   auto need = [&](const kernels::WeightView& v) {
@@ -153,7 +195,9 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
   };
   need(w_.output);
   for (const auto& L : w_.layers) {
-    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router})
+    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router,
+                          &L.ssm_qkv, &L.ssm_gate, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out,
+                          &L.nextn_eh_proj, &L.nextn_head})
       need(*v);
     for (const auto* exps : {&L.gate_exps, &L.up_exps, &L.down_exps})
       for (const auto& v : *exps) need(v);
@@ -166,12 +210,13 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
   return ws;
 }
 
-Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, ThreadPool& pool,
-                      float* logits) const {
+namespace {
+
+Status check_batch(const ArchConfig& cfg, const Batch& batch) {
   for (const auto& t : batch.tokens) {
-    if (t.id < 0 || static_cast<uint32_t>(t.id) >= cfg_.n_vocab)
+    if (t.id < 0 || static_cast<uint32_t>(t.id) >= cfg.n_vocab)
       return error(Code::kInvalidArgument, "token id {} is outside the vocabulary (0..{})", t.id,
-                   cfg_.n_vocab - 1);
+                   cfg.n_vocab - 1);
     if (t.seq < 0 || static_cast<size_t>(t.seq) >= batch.seqs.size() || !batch.seqs[t.seq])
       return error(Code::kInvalidArgument, "batch token refers to sequence {} of {}", t.seq,
                    batch.seqs.size());
@@ -180,6 +225,42 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
                    "token at position {} has no KV slot (sequence has room for {})", t.pos,
                    batch.seqs[t.seq]->n_tokens);
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+kv::KvGeometry Model::mtp_kv_geometry(QType k_type, QType v_type, int page_tokens) const {
+  kv::KvGeometry g = kv_geometry(k_type, v_type, page_tokens);
+  g.n_layer = static_cast<int>(cfg_.n_nextn);
+  g.state = {};
+  return g;
+}
+
+Status Model::forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& mtp_cache,
+                          Workspace& ws, ThreadPool& pool, float* logits) const {
+  if (cfg_.n_nextn == 0)
+    return error(Code::kUnsupported, "{}: the model has no MTP/NextN block", file_.path());
+  SUSTAIN_TRY(check_batch(cfg_, batch));
+  if (mtp_cache.geometry().n_layer < 1 || mtp_cache.has_state())
+    return error(Code::kInvalidArgument, "forward_mtp needs a cache of mtp_kv_geometry()");
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  int64_t logit_row = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += ws.max_tokens) {
+    const int64_t b1 = std::min(n, b0 + ws.max_tokens);
+    TokenSpan span{batch, b0, b1};
+    float* out = logits ? logits + logit_row * static_cast<int64_t>(cfg_.n_vocab) : nullptr;
+    SUSTAIN_TRY(forward_qwen35_mtp(*this, span, h_prev, mtp_cache, ws, pool, out));
+    for (int64_t i = b0; i < b1; ++i) logit_row += batch.tokens[static_cast<size_t>(i)].logits;
+  }
+  return Status::ok();
+}
+
+Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, ThreadPool& pool,
+                      float* logits, float* hidden) const {
+  SUSTAIN_TRY(check_batch(cfg_, batch));
+  if (hidden && !logits)
+    return error(Code::kInvalidArgument, "forward: hidden states come with logits");
   // Process in workspace-sized chunks; a token's K/V is in the cache before
   // any later chunk attends to it.
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
@@ -189,7 +270,11 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
     TokenSpan span{batch, b0, b1};
     float* out = logits ? logits + logit_row * static_cast<int64_t>(cfg_.n_vocab) : nullptr;
     SUSTAIN_TRY(forward_llama_family(*this, span, cache, ws, pool, out));
-    for (int64_t i = b0; i < b1; ++i) logit_row += batch.tokens[static_cast<size_t>(i)].logits;
+    int64_t rows = 0;
+    for (int64_t i = b0; i < b1; ++i) rows += batch.tokens[static_cast<size_t>(i)].logits;
+    if (hidden)
+      std::copy_n(ws.logits_in.data(), rows * cfg_.n_embd, hidden + logit_row * cfg_.n_embd);
+    logit_row += rows;
   }
   return Status::ok();
 }

@@ -30,6 +30,16 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;       // qwen3: [head_dim]
   std::vector<float> attn_post_norm, ffn_post_norm;  // gemma3: [n_embd]
   std::vector<float> bq, bk, bv;           // qwen2: [q_dim], [k_dim], [v_dim]
+  // Gated DeltaNet (qwen35): fused q/k/v [conv_channels, n_embd], output
+  // gate z [inner, n_embd], β and decay inputs [n_v_heads, n_embd], output
+  // [n_embd, inner]; dt bias and A [n_v_heads]; conv taps [conv_channels][K];
+  // gated-norm gain [head_dim].
+  kernels::WeightView ssm_qkv, ssm_gate, ssm_beta, ssm_alpha, ssm_out;
+  std::vector<float> ssm_dt_bias, ssm_a, ssm_conv, ssm_norm;
+  // MTP / NextN block (qwen35): projection of [embedding ; hidden] and its
+  // norms; the optional own embedding and LM head (absent: the model's).
+  kernels::WeightView nextn_eh_proj, nextn_embed, nextn_head;
+  std::vector<float> nextn_enorm, nextn_hnorm, nextn_head_norm;
 };
 
 struct ModelWeights {
@@ -45,6 +55,15 @@ struct Workspace {
   int64_t max_tokens = 0;
   std::vector<float> x, cur, q, k, v, attn_out, gate, up, hidden;  // [max_tokens, dim]
   std::vector<float> logits_in;                                    // [max_tokens, n_embd]
+  // qwen35 gated attention: the query projection with each head's gate
+  // beside it [max_tokens, 2 q_dim], and the gates [max_tokens, q_dim].
+  std::vector<float> q_gate, attn_gate;
+  // Gated DeltaNet: projected channels before and after the convolution
+  // [max_tokens, conv_channels], z and the outputs [max_tokens, inner],
+  // β and decay [max_tokens, n_v_heads], and per-thread chunk scratch.
+  std::vector<float> ssm_mixed, ssm_conv, ssm_z, ssm_o, ssm_beta, ssm_g, ssm_scratch;
+  std::vector<float> mtp_in;  // MTP block: [embedding ; hidden] [max_tokens, 2 n_embd]
+  size_t ssm_scratch_floats = 0;  // per thread
   std::vector<uint8_t> matmul_scratch, attn_scratch;
   std::vector<attention::QueryInfo> queries;
   // Mixture of experts: router logits [max_tokens, n_expert]; each token's
@@ -64,9 +83,11 @@ class Model {
   const gguf::File& file() const { return file_; }
   const ModelWeights& weights() const { return w_; }
 
-  // KV geometry for this model with the given cache formats.
+  // KV geometry for this model with the given cache formats: the layers
+  // that keep KV, and for hybrid models the recurrent state of each of
+  // `state_slots` sequences.
   kv::KvGeometry kv_geometry(QType k_type = QType::F16, QType v_type = QType::F16,
-                             int page_tokens = 32) const;
+                             int page_tokens = 32, int state_slots = 1) const;
 
   // Allocates a workspace for batches of up to max_tokens tokens.
   Workspace make_workspace(int64_t max_tokens, int n_threads) const;
@@ -74,9 +95,24 @@ class Model {
   // Runs the batch: appends every token's K/V to the cache and writes the
   // logits of the tokens with `logits` set, in batch order, to
   // logits[n_logits × n_vocab]. Batches larger than the workspace are
-  // processed in workspace-sized chunks.
+  // processed in workspace-sized chunks. Hybrid models also advance each
+  // sequence's recurrent state, so there every sequence's tokens must form
+  // one run in position order that starts where its state stands.
+  // `hidden` (optional, with logits): the normed final hidden state of the
+  // same tokens [n_logits × n_embd], what the LM head multiplies and an MTP
+  // block takes as input.
   Status forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, ThreadPool& pool,
-                 float* logits) const;
+                 float* logits, float* hidden = nullptr) const;
+
+  // The model's MTP / NextN block (qwen35; kUnsupported for a model without
+  // one): token t of the batch with h_prev row t — the `hidden` of the
+  // main forward at position pos - 1, zeros at position 0 — gives logits
+  // that draft the token after t, for the tokens with `logits` set. The
+  // block attends over its own KV in `mtp_cache` (mtp_kv_geometry).
+  Status forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& mtp_cache,
+                     Workspace& ws, ThreadPool& pool, float* logits) const;
+  kv::KvGeometry mtp_kv_geometry(QType k_type = QType::F16, QType v_type = QType::F16,
+                                 int page_tokens = 32) const;
 
  private:
   Model() = default;

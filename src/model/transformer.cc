@@ -65,8 +65,21 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
   const int64_t T = s.size(), d = c.n_embd;
   const int64_t qd = c.q_dim(), kd = c.k_dim(), vd = c.v_dim();
 
+  const int kvl = o.kv_layer >= 0 ? o.kv_layer : layer;
   norm_rows(ws.x.data(), L.attn_norm, ws.cur.data(), T, d, c.rms_eps);
-  matmul(L.wq, ws.cur.data(), T, ws.q.data(), ws, pool);
+  if (o.out_gate) {
+    // Per head h: outputs [2h·hd, 2h·hd + hd) are its query, the next hd its gate.
+    matmul(L.wq, ws.cur.data(), T, ws.q_gate.data(), ws, pool);
+    const int64_t hd = c.head_dim_k;
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t h = 0; h < c.n_head; ++h) {
+        const float* src = ws.q_gate.data() + i * 2 * qd + h * 2 * hd;
+        std::copy_n(src, hd, ws.q.data() + i * qd + h * hd);
+        std::copy_n(src + hd, hd, ws.attn_gate.data() + i * qd + h * hd);
+      }
+  } else {
+    matmul(L.wq, ws.cur.data(), T, ws.q.data(), ws, pool);
+  }
   matmul(L.wk, ws.cur.data(), T, ws.k.data(), ws, pool);
   matmul(L.wv, ws.cur.data(), T, ws.v.data(), ws, pool);
   if (o.qkv_bias) {
@@ -89,15 +102,20 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
     kernels::rope(ws.q.data() + i * qd, static_cast<int>(c.n_head), s[i].pos, rp);
     kernels::rope(ws.k.data() + i * kd, static_cast<int>(c.n_head_kv), s[i].pos, rp);
     const kv::PageTable& pt = *s.batch.seqs[static_cast<size_t>(s[i].seq)];
-    cache.store(pt, layer, s[i].pos, ws.k.data() + i * kd, ws.v.data() + i * vd);
+    cache.store(pt, kvl, s[i].pos, ws.k.data() + i * kd, ws.v.data() + i * vd);
   }
   ws.queries.clear();
   for (int64_t i = 0; i < T; ++i)
     ws.queries.push_back({s.batch.seqs[static_cast<size_t>(s[i].seq)], s[i].pos + 1});
   attention::AttnParams ap = attn_params(c);
   ap.window = o.window;
-  attention::attend(cache, layer, ap, ws.queries, ws.q.data(), ws.attn_out.data(), pool,
+  attention::attend(cache, kvl, ap, ws.queries, ws.q.data(), ws.attn_out.data(), pool,
                     ws.attn_scratch.data());
+  if (o.out_gate) {
+    const int64_t n = T * c.n_head * c.head_dim_v;
+    for (int64_t i = 0; i < n; ++i)
+      ws.attn_out[i] *= 1.0f / (1.0f + std::exp(-ws.attn_gate[i]));
+  }
   matmul(L.wo, ws.attn_out.data(), T, ws.cur.data(), ws, pool);
   if (o.post_norm) norm_rows(ws.cur.data(), L.attn_post_norm, ws.cur.data(), T, d, c.rms_eps);
   for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);
@@ -187,19 +205,20 @@ void moe_ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, Thread
   }
 }
 
-void output_head(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits) {
+void output_head(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits,
+                 const std::vector<float>* norm, const kernels::WeightView* out) {
   if (!logits) return;
   const ArchConfig& c = m.config();
   const int64_t d = c.n_embd;
+  const float* gain = (norm ? *norm : m.weights().output_norm).data();
   int64_t rows = 0;
   for (int64_t i = 0; i < s.size(); ++i) {
     if (!s[i].logits) continue;
-    kernels::rms_norm(ws.x.data() + i * d, m.weights().output_norm.data(),
-                      ws.logits_in.data() + rows * d, d, c.rms_eps);
+    kernels::rms_norm(ws.x.data() + i * d, gain, ws.logits_in.data() + rows * d, d, c.rms_eps);
     ++rows;
   }
   if (rows == 0) return;
-  const auto& w = m.weights().output;
+  const auto& w = out ? *out : m.weights().output;
   kernels::matmul(w, ws.logits_in.data(), d, rows, logits, w.n_out, pool, ws.matmul_scratch.data());
   // Gemma's final soft cap, where the file asks for it: cap · tanh(logit / cap).
   if (const float cap = c.final_logit_softcap; cap > 0.0f) {

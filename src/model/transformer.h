@@ -36,6 +36,10 @@ struct AttnOptions {
   bool post_norm = false;
   int window = 0;
   float rope_base = 0.0f;  // 0: the config's rope_freq_base and scaling
+  // qwen35: attn_q yields each head's query and a gate beside it; the
+  // attention output is multiplied by sigmoid(gate) before attn_output.
+  bool out_gate = false;
+  int kv_layer = -1;  // the layer's index in the KV cache; -1: the block index
 };
 // x += [norm](Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)));
 // stores K/V in the cache.
@@ -50,13 +54,37 @@ struct FfnOptions {
 void ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool& pool,
                const FfnOptions& o = {});
 
+// Tokens of the gated delta rule solved together in prefill.
+inline constexpr int kDeltaRuleChunk = 64;
+
+// One sequence's tokens in a span of a hybrid model's batch: [begin, end),
+// in position order, and its recurrent-state slot.
+struct SeqRun {
+  int32_t slot = -1;
+  int64_t begin = 0, end = 0;
+};
+// The runs of span `s`; fails naming the sequence when its tokens are not one
+// run in position order starting where its state stands, or it has no state.
+Status seq_runs(TokenSpan s, const kv::KvCache& cache, std::vector<SeqRun>& runs);
+
+// Gated DeltaNet (qwen35): x += W_out · gatednorm(deltarule(conv(W_qkv · norm(x))), z);
+// advances each sequence's conv state and S matrices for block `layer`,
+// the `state_layer`-th recurrent block.
+void delta_net_block(const Model& m, int layer, int state_layer, TokenSpan s,
+                     const std::vector<SeqRun>& runs, kv::KvCache& cache, Workspace& ws,
+                     ThreadPool& pool);
+
 // Mixture of experts (qwen3moe): each token's FFN is the weighted sum of the
 // SwiGLU experts its router ranks highest, x += Σ_j w_j · expert_j(norm(x));
 // tokens are grouped by expert so each expert's matrices are read once.
 void moe_ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool& pool);
 
-// logits of the tokens that want them: W_out · norm(x), in span order.
-void output_head(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits);
+// logits of the tokens that want them: W_out · norm(x), in span order (the
+// normed rows stay in ws.logits_in). `norm` / `out` replace the model's
+// output norm and matrix (an MTP block's own head).
+void output_head(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits,
+                 const std::vector<float>* norm = nullptr,
+                 const kernels::WeightView* out = nullptr);
 
 // Architecture forwards (model/arch/*.cc).
 Status forward_llama(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
@@ -69,6 +97,12 @@ Status forward_qwen3moe(const Model& m, TokenSpan s, kv::KvCache& cache, Workspa
                         ThreadPool& pool, float* logits);
 Status forward_gemma3(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
                       ThreadPool& pool, float* logits);
+Status forward_qwen35(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
+                      ThreadPool& pool, float* logits);
+// qwen35's MTP block: token i and h_prev row i (the main model's normed
+// final hidden state at position i - 1) give a draft of the token after i.
+Status forward_qwen35_mtp(const Model& m, TokenSpan s, const float* h_prev, kv::KvCache& cache,
+                          Workspace& ws, ThreadPool& pool, float* logits);
 
 inline Status forward_llama_family(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
                                    ThreadPool& pool, float* logits) {
@@ -78,6 +112,7 @@ inline Status forward_llama_family(const Model& m, TokenSpan s, kv::KvCache& cac
     case Arch::kQwen3: return forward_qwen3(m, s, cache, ws, pool, logits);
     case Arch::kQwen3Moe: return forward_qwen3moe(m, s, cache, ws, pool, logits);
     case Arch::kGemma3: return forward_gemma3(m, s, cache, ws, pool, logits);
+    case Arch::kQwen35: return forward_qwen35(m, s, cache, ws, pool, logits);
   }
   return error(Code::kInternal, "unknown architecture");
 }

@@ -45,6 +45,27 @@ enum class TensorRole {
   // Gemma 3: RMSNorm of each branch's output before the residual add.
   kAttnPostNorm,
   kFfnPostNorm,
+  // Gated DeltaNet (qwen35): fused q/k/v input projection, the output gate
+  // z, per-value-head step β and decay (alpha, dt bias, A), the causal
+  // convolution's taps, the gated RMSNorm and the output projection.
+  kSsmQkv,
+  kSsmGate,
+  kSsmBeta,
+  kSsmAlpha,
+  kSsmDtBias,
+  kSsmA,
+  kSsmConv1d,
+  kSsmNorm,
+  kSsmOut,
+  // MTP / NextN block (qwen35): input norms of the embedding and of the main
+  // model's hidden state, their projection, and the block's output norm and
+  // optional own embedding and LM head.
+  kNextnEhProj,
+  kNextnEnorm,
+  kNextnHnorm,
+  kNextnSharedHeadNorm,
+  kNextnEmbedTokens,
+  kNextnSharedHeadHead,
 };
 const char* tensor_role_name(TensorRole r);  // "attn_q", "ffn_down", ...
 
@@ -68,6 +89,11 @@ struct WeightSpec {
 // list them (globals first, then blocks). `with_rope_freqs` adds the optional
 // Llama 3 RoPE factor tensor.
 std::vector<WeightSpec> weight_table(const ArchConfig& cfg, bool with_rope_freqs = false);
+
+// The table without its optional tensors: what a file of the architecture
+// holds when it carries none of them (what synth writes and `plan --preset`
+// counts).
+std::vector<WeightSpec> default_weight_table(const ArchConfig& cfg, bool with_rope_freqs = false);
 
 // Checks that every required tensor is present with the table's shape, that
 // optional ones, when present, have the right shape too, and that the file

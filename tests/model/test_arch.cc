@@ -35,6 +35,8 @@ TEST(ArchConfig, ReadsReferenceModels) {
       {"tiny-qwen3moe-Q8_0.gguf", Arch::kQwen3Moe, 3, 64, 4, 2, 32, 50257, true},
       {"tiny-gemma3-f32.gguf", Arch::kGemma3, 7, 64, 4, 2, 32, 50257, true},
       {"tiny-gemma3-Q8_0.gguf", Arch::kGemma3, 7, 64, 4, 2, 32, 50257, true},
+      {"tiny-qwen35-f32.gguf", Arch::kQwen35, 5, 64, 4, 2, 64, 50257, true},
+      {"tiny-qwen35-Q8_0.gguf", Arch::kQwen35, 5, 64, 4, 2, 64, 50257, true},
   };
   for (const auto& w : wants) {
     auto f = gguf::File::open(test::ref_path(std::string("models/") + w.file));
@@ -133,6 +135,64 @@ TEST(ArchConfig, MoeExpertCountsAreChecked) {
     ASSERT_FALSE(st.is_ok()) << k.key << " = " << k.value;
     EXPECT_NE(st.message().find(k.expect), std::string::npos) << st.message();
   }
+}
+
+// qwen35: a layer pattern, head counts or a MTP block count that contradict
+// each other or the tensors are refused naming the key or the tensor.
+TEST(ArchConfig, Qwen35CountsAreChecked) {
+  SUSTAIN_REQUIRE_REF();
+  std::ifstream in(test::ref_path("models/tiny-qwen35-f32.gguf"), std::ios::binary);
+  const std::string base((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto with = [&](const std::string& key, uint32_t value) {
+    std::string bytes = base;
+    std::string needle = key;
+    const uint32_t type_u32 = 4;
+    needle.append(reinterpret_cast<const char*>(&type_u32), 4);
+    const size_t at = bytes.find(needle);
+    EXPECT_NE(at, std::string::npos) << key;
+    if (at != std::string::npos) std::memcpy(&bytes[at + needle.size()], &value, 4);
+    return bytes;
+  };
+  struct Case {
+    const char* key;
+    uint32_t value;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"qwen35.ssm.time_step_rank", 3, "ssm.time_step_rank 3 (value heads) is not a multiple"},
+      {"qwen35.ssm.inner_size", 96, "ssm.inner_size 96 must equal"},
+      {"qwen35.full_attention_interval", 0, "`qwen35.full_attention_interval` is 0"},
+      {"qwen35.nextn_predict_layers", 5, "`qwen35.nextn_predict_layers` = 5 leaves no main block"},
+      // Block 3 becomes DeltaNet: its attention tensors are not expected there.
+      {"qwen35.full_attention_interval", 5, "tensor `blk.3.attn_qkv.weight` is missing"},
+      // Without an MTP block, block 4 is a main (DeltaNet) block.
+      {"qwen35.nextn_predict_layers", 0, "tensor `blk.4.attn_qkv.weight` is missing"},
+      {"qwen35.attention.head_count", 8,
+       "tensor `blk.3.attn_q.weight` has shape [512, 64], expected [1024, 64]"},
+      {"qwen35.ssm.group_count", 4, "tensor `blk.0.attn_qkv.weight` has shape [256, 64], expected"},
+  };
+  for (const Case& k : cases) {
+    const std::string bytes = with(k.key, k.value);
+    auto f = gguf::File::parse(MappedFile::from_memory(bytes.data(), bytes.size(), "q35.gguf"));
+    ASSERT_TRUE(f) << f.status().message();
+    auto c = arch_config_from_gguf(*f);
+    Status st = c ? validate_weights(*c, *f) : c.status();
+    ASSERT_FALSE(st.is_ok()) << k.key << " = " << k.value;
+    EXPECT_NE(st.message().find(k.expect), std::string::npos) << k.key << ": " << st.message();
+  }
+  // A NextN tensor renamed away: missing, named.
+  std::string bytes = base;
+  const std::string name = "blk.4.nextn.hnorm.weight";
+  const size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 16] = 'X';
+  auto f = gguf::File::parse(MappedFile::from_memory(bytes.data(), bytes.size(), "q35.gguf"));
+  ASSERT_TRUE(f);
+  auto c = arch_config_from_gguf(*f);
+  ASSERT_TRUE(c);
+  Status st = validate_weights(*c, *f);
+  EXPECT_NE(st.message().find("tensor `blk.4.nextn.hnorm.weight` is missing"), std::string::npos)
+      << st.message();
 }
 
 TEST(ArchConfig, RejectsInconsistentHyperparameters) {
