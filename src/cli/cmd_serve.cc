@@ -37,6 +37,8 @@ struct ServeArgs {
   int page_tokens = 32;
   std::string kv_layout = "tiled";
   bool no_prefix_cache = false;
+  int32_t state_snapshots = -1;
+  int32_t state_snapshot_interval = 1024;
   bool deterministic = false;
   int max_n = 8;
   double shutdown_timeout_s = 10.0;
@@ -64,6 +66,8 @@ int run_serve(const ServeArgs& a) {
   ec.batch_tokens = a.m.batch;
   ec.ubatch_tokens = a.m.ubatch;
   ec.prefix_cache = !a.no_prefix_cache;
+  ec.state_snapshots = a.state_snapshots;
+  ec.state_snapshot_interval = a.state_snapshot_interval;
   ec.max_queue = a.max_queue;
   ec.deterministic = a.deterministic;
   auto kt = kv_type(a.m.cache_type_k, "--cache-type-k");
@@ -190,6 +194,15 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   add_kv_layout_flag(sub, a->kv_layout, "--kv-layout");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "do not share prompt prefixes");
+  sub->add_option("--state-snapshots", a->state_snapshots,
+                  "hybrid models (qwen35): recurrent-state snapshots kept for prefix reuse "
+                  "(least recently used replaced); -1 = 4 x --parallel, 0 = none")
+      ->check(CLI::Range(-1, 4096));
+  sub->add_option("--state-snapshot-interval", a->state_snapshot_interval,
+                  "hybrid models: tokens between state snapshots during prefill (also one at "
+                  "the prompt's last page boundary)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
   sub->add_flag("--deterministic", a->deterministic,
                 "batch-independent results: at temperature 0 a request's text does not depend "
                 "on what else runs");

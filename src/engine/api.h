@@ -53,6 +53,12 @@ struct EngineConfig {
   int64_t batch_tokens = 512;   // tokens per step (decode + prefill chunks), llama.cpp's -b
   int64_t ubatch_tokens = 512;  // tokens computed at once (workspace size), llama.cpp's -ub
   bool prefix_cache = true;     // share page-aligned prompt prefixes between requests
+  // Hybrid models: recurrent-state snapshots the prefix cache keeps (one
+  // state each; least recently used replaced), taken during prefill every
+  // state_snapshot_interval tokens and at the prompt's last page boundary.
+  // -1 = 4 × n_parallel. A cached prefix resumes from its deepest snapshot.
+  int32_t state_snapshots = -1;
+  int32_t state_snapshot_interval = 1024;  // tokens, rounded up to whole pages
   int max_queue = 256;          // waiting requests beyond this are rejected (kUnavailable)
   // Every sequence runs in a batch of its own composition-independent shape:
   // at temperature 0 a request's output does not depend on what else runs.
@@ -153,6 +159,7 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;         // prompt tokens admitted
   uint64_t prompt_tokens_computed = 0;  // of those, computed (the rest came from the prefix cache)
   uint64_t prefix_cache_hits = 0;     // requests that reused at least one cached page
+  uint64_t state_snapshots_saved = 0;  // hybrid models: recurrent states saved for reuse
   uint64_t generated_tokens = 0;      // tokens emitted to clients
   uint64_t preemptions = 0;
   uint64_t steps = 0;

@@ -35,7 +35,11 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
   const EngineConfig& c = e.config_;
   SUSTAIN_ASSIGN_OR_RETURN(auto cache, kv::KvCache::create(g, pool_tokens));
   s->cache.emplace(std::move(cache));
-  if (c.prefix_cache) s->prefix = std::make_unique<kv::PrefixCache>(*s->cache);
+  if (c.prefix_cache) {
+    // Hybrid models resume a cached prefix from a recurrent-state snapshot.
+    const int32_t snaps = c.state_snapshots >= 0 ? c.state_snapshots : 4 * c.n_parallel;
+    s->prefix = std::make_unique<kv::PrefixCache>(*s->cache, snaps);
+  }
   s->pool = std::make_unique<ThreadPool>(c.n_threads > 0 ? c.n_threads
                                                          : ThreadPool::hardware_threads());
   s->ws = e.model_->make_workspace(std::min(c.batch_tokens, c.ubatch_tokens), s->pool->size());
@@ -211,6 +215,7 @@ void Scheduler::admit() {
       break;
     }
     s.n_computed = matched;
+    s.snapshot_at = next_snapshot(s);
     if (!s.admitted_once) {
       s.admitted_once = true;
       s.t_start = Clock::now();
@@ -224,6 +229,16 @@ void Scheduler::admit() {
     waiting.pop_front();
     queued.fetch_sub(1);
   }
+}
+
+int64_t Scheduler::next_snapshot(const Seq& s) const {
+  if (!prefix || prefix->snapshot_pool().n_slots() == 0) return 0;
+  const int64_t pt = cache->geometry().page_tokens;
+  const int64_t last = (s.n_prompt - 1) / pt * pt;  // the prompt's last whole page
+  if (s.n_computed >= last) return 0;
+  const int64_t iv =
+      std::max<int64_t>(1, (int64_t{cfg().state_snapshot_interval} + pt - 1) / pt) * pt;
+  return std::min(last, (s.n_computed / iv + 1) * iv);
 }
 
 void Scheduler::preempt(size_t i) {
@@ -331,6 +346,8 @@ bool Scheduler::step() {
     } else {
       n = std::min(tail, budget);
     }
+    // A hybrid's state is saved where the chunk ends at the snapshot point.
+    if (s->snapshot_at > s->n_computed) n = std::min(n, s->snapshot_at - s->n_computed);
     if (n <= 0) continue;
     s->step_tokens = n;
     if (!cfg().deterministic) budget -= n;
@@ -377,6 +394,10 @@ bool Scheduler::step() {
     size_t row = 0;
     for (Seq* s : seqs) {
       s->n_computed += s->step_tokens;
+      if (s->snapshot_at > 0 && s->n_computed == s->snapshot_at) {
+        if (prefix->save_state(s->table, s->tokens, s->snapshot_at)) ++st.state_snapshots_saved;
+        s->snapshot_at = next_snapshot(*s);
+      }
       const bool completes = s->n_computed == static_cast<int64_t>(s->tokens.size());
       s->step_tokens = 0;
       if (completes) sample_and_emit(*s, logits.data() + row++ * static_cast<size_t>(n_vocab));

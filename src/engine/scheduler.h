@@ -31,6 +31,10 @@ struct Seq {
   uint64_t admit_order = 0;     // larger = admitted later (the youngest is preempted first)
   bool admitted_once = false;
   int64_t cached_prompt = 0;
+  // Hybrid models: the next page boundary where the recurrent state is saved
+  // for prefix reuse, 0 for none. Prefill chunks stop there so that the
+  // state passes through it.
+  int64_t snapshot_at = 0;
   int32_t preemptions = 0;
   Clock::time_point t_start, t_first_token;
   int64_t step_tokens = 0;      // tokens planned for the current step
@@ -62,6 +66,7 @@ struct Engine::Impl {
   Status reserve_or_preempt(Seq& s, int64_t n, bool* self_preempted);
   void preempt(size_t running_index);
   void sample_and_emit(Seq& s, const float* row);
+  int64_t next_snapshot(const Seq& s) const;
   void finish(Seq& s, Finish f, Status err = Status::ok());
   void publish_stats();
   void flush_finished();

@@ -5,6 +5,20 @@
 
 namespace sustain::kv {
 
+PrefixCache::PrefixCache(KvCache& cache, int32_t state_snapshots) : cache_(cache) {
+  if (cache.has_state() && state_snapshots > 0) {
+    auto pool = StatePool::create(cache.geometry().state, state_snapshots);
+    if (pool) snaps_ = std::move(pool).value();  // no memory: prefix reuse is off for hybrids
+  }
+}
+
+void PrefixCache::drop_snapshot(Entry& e) {
+  if (e.snapshot < 0) return;
+  snaps_.free(e.snapshot);
+  e.snapshot = -1;
+  --n_snapshots_;
+}
+
 uint64_t PrefixCache::key_of(uint64_t parent, std::span<const int32_t> page_tokens) {
   // FNV-1a over the parent key and the token ids, then a final avalanche
   // (splitmix64) so nearby prefixes spread over the map. Collisions are ruled
@@ -41,18 +55,76 @@ int64_t PrefixCache::attach(PageTable& t, std::span<const int32_t> tokens, int64
   const int pt = cache_.geometry().page_tokens;
   limit = std::min<int64_t>(limit, static_cast<int64_t>(tokens.size()));
   const uint64_t now = ++clock_;
+  // The matched path; with recurrent state it is cut back to its deepest
+  // snapshot.
+  std::vector<uint64_t> path;
   uint64_t parent = 0;
   for (int64_t p = 0; (p + 1) * pt <= limit; ++p) {
     uint64_t key = 0;
     const Entry* e = find(parent, tokens.subspan(static_cast<size_t>(p * pt), pt), &key);
     if (!e) break;
-    map_[key].last_use = now;
-    cache_.retain(e->page);
-    t.pages.push_back(e->page);
-    t.n_tokens += pt;
+    path.push_back(key);
     parent = key;
   }
+  if (cache_.has_state()) {
+    while (!path.empty() && map_[path.back()].snapshot < 0) path.pop_back();
+    if (path.empty()) return 0;
+    if (t.state < 0) t.state = cache_.states().alloc();
+    if (t.state < 0) return 0;
+    Entry& last = map_[path.back()];
+    std::copy_n(snaps_.slot_data(last.snapshot), snaps_.slot_floats(),
+                cache_.states().slot_data(t.state));
+    cache_.states().set_pos(t.state, static_cast<int64_t>(path.size()) * pt);
+    last.snapshot_use = now;
+  }
+  for (uint64_t key : path) {
+    Entry& e = map_[key];
+    e.last_use = now;
+    cache_.retain(e.page);
+    t.pages.push_back(e.page);
+    t.n_tokens += pt;
+  }
   return t.n_tokens;
+}
+
+bool PrefixCache::save_state(const PageTable& t, std::span<const int32_t> tokens,
+                             int64_t n_computed) {
+  const int pt = cache_.geometry().page_tokens;
+  if (snaps_.n_slots() == 0 || t.state < 0 || n_computed <= 0 || n_computed % pt != 0 ||
+      cache_.states().pos(t.state) != n_computed || n_computed > t.n_tokens ||
+      n_computed > static_cast<int64_t>(tokens.size()))
+    return false;
+  insert(t, tokens, n_computed);
+  // The entry of the last page of the prefix (absent after a hash collision).
+  uint64_t parent = 0, key = 0;
+  Entry* last = nullptr;
+  for (int64_t p = 0; (p + 1) * pt <= n_computed; ++p) {
+    const Entry* e = find(parent, tokens.subspan(static_cast<size_t>(p * pt), pt), &key);
+    if (!e) return false;
+    last = &map_[key];
+    parent = key;
+  }
+  if (!last) return false;
+  const uint64_t now = ++clock_;
+  if (last->snapshot < 0) {
+    int32_t slot = snaps_.alloc();
+    if (slot < 0) {
+      // Replace the least recently used snapshot.
+      Entry* oldest = nullptr;
+      for (auto& [k, e] : map_)
+        if (e.snapshot >= 0 && (!oldest || e.snapshot_use < oldest->snapshot_use)) oldest = &e;
+      if (!oldest) return false;
+      drop_snapshot(*oldest);
+      slot = snaps_.alloc();
+    }
+    last->snapshot = slot;
+    ++n_snapshots_;
+  }
+  std::copy_n(cache_.states().slot_data(t.state), snaps_.slot_floats(),
+              snaps_.slot_data(last->snapshot));
+  snaps_.set_pos(last->snapshot, n_computed);
+  last->snapshot_use = now;
+  return true;
 }
 
 void PrefixCache::insert(const PageTable& t, std::span<const int32_t> tokens, int64_t n_computed) {
@@ -102,6 +174,7 @@ int32_t PrefixCache::evict(int32_t n_free) {
   for (const auto& [use, neg_depth, key] : order) {
     if (cache_.n_free_pages() >= n_free) break;
     auto it = map_.find(key);
+    drop_snapshot(it->second);
     cache_.unref(it->second.page);
     map_.erase(it);
     ++freed;
@@ -110,7 +183,10 @@ int32_t PrefixCache::evict(int32_t n_free) {
 }
 
 void PrefixCache::clear() {
-  for (auto& [k, e] : map_) cache_.unref(e.page);
+  for (auto& [k, e] : map_) {
+    drop_snapshot(e);
+    cache_.unref(e.page);
+  }
   map_.clear();
 }
 

@@ -8,6 +8,13 @@
 // Only whole pages are shared and sequences append only after them, so a
 // shared page is never written; a sequence truncated back into a shared page
 // gets a private copy from KvCache::reserve (copy on write).
+//
+// Hybrid models (a cache with recurrent state): pages alone cannot resume a
+// sequence, its DeltaNet state must be at the same position too. The cache
+// then keeps snapshots of the state at page boundaries (save_state, in a
+// pool of its own with a fixed number of slots, least recently used
+// replaced), and attach() resumes only as deep as the deepest snapshot on
+// the matched path, copying it into the sequence's own state slot.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +28,9 @@ namespace sustain::kv {
 
 class PrefixCache {
  public:
-  explicit PrefixCache(KvCache& cache) : cache_(cache) {}
+  // `state_snapshots`: slots for recurrent-state snapshots (hybrid models;
+  // ignored when the cache holds no state).
+  explicit PrefixCache(KvCache& cache, int32_t state_snapshots = 0);
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
   ~PrefixCache() { clear(); }
@@ -29,8 +38,18 @@ class PrefixCache {
   // For an empty table `t`: finds the longest cached page-aligned prefix of
   // tokens[0, limit), appends its pages to `t` (one more holder each) and
   // sets t.n_tokens to its length, which is returned (0 on a miss). Touches
-  // the pages it returns (most recently used).
+  // the pages it returns (most recently used). With recurrent state the
+  // prefix ends at a snapshot, which is copied into a state slot the table
+  // takes from the cache's pool (no slot free: a miss).
   int64_t attach(PageTable& t, std::span<const int32_t> tokens, int64_t limit);
+
+  // Hybrid models: indexes the pages of `t` up to n_computed (a multiple of
+  // page_tokens, where t's state stands) as insert() does and snapshots t's
+  // state there. Returns false when nothing was saved (not page-aligned, the
+  // state elsewhere, no page or snapshot slot).
+  bool save_state(const PageTable& t, std::span<const int32_t> tokens, int64_t n_computed);
+  int32_t snapshots() const { return n_snapshots_; }
+  const StatePool& snapshot_pool() const { return snaps_; }
 
   // Indexes the full pages of `t`, whose first n_computed positions hold the
   // K/V of tokens[0, n_computed). Pages already indexed under the same
@@ -57,13 +76,18 @@ class PrefixCache {
     int32_t depth = 0;            // page index in the sequence
     uint64_t last_use = 0;
     std::vector<int32_t> tokens;  // this page's tokens, to rule out hash collisions
+    int32_t snapshot = -1;        // recurrent state after this page (hybrid models)
+    uint64_t snapshot_use = 0;
   };
+  void drop_snapshot(Entry& e);
   static uint64_t key_of(uint64_t parent, std::span<const int32_t> page_tokens);
   const Entry* find(uint64_t parent, std::span<const int32_t> page_tokens, uint64_t* key) const;
 
   KvCache& cache_;
   std::unordered_map<uint64_t, Entry> map_;
   uint64_t clock_ = 0;
+  StatePool snaps_;
+  int32_t n_snapshots_ = 0;
 };
 
 }  // namespace sustain::kv

@@ -231,6 +231,68 @@ TEST(Engine, PrefixReuseOnGemma3AndQwen3Moe) {
   }
 }
 
+// qwen35 (3 Gated DeltaNet blocks, 1 full attention): the pages alone cannot
+// resume a prefix, the recurrent state must be at the same position. The
+// engine saves it every 1024 prompt tokens (and at the prompt's last page);
+// the second request resumes from the snapshot at 4096, where its prompt
+// leaves the first one's, and computes only its 50-token tail.
+TEST(Engine, PrefixReuseOnQwen35ResumesFromAStateSnapshot) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string path = test::ref_path("models/tiny-qwen35-f32.gguf");
+  check_prefix_reuse(path, 1e-4f);
+  // Snapshots are counted, and none is kept without a prefix cache.
+  EngineConfig c = base_config();
+  c.model_path = path;
+  c.n_ctx = 4096;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  auto s = e->submit(greedy(prompt_of(2100, 3), 2));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->wait().finish, Finish::kLength);
+  EXPECT_EQ(e->stats().state_snapshots_saved, 3u);  // at 1024, 2048 and 2080
+}
+
+// Preemption of a hybrid model frees its state slot; the sequence resumes
+// from its saved snapshot (or from scratch) and its tokens do not change:
+// the same requests with room for all of them give the same tokens
+// (deterministic mode fixes the chunking, so the delta rule sees the same
+// chunks either way).
+TEST(Engine, Qwen35PreemptionKeepsEveryRequestCorrect) {
+  SUSTAIN_REQUIRE_REF();
+  EngineConfig c = base_config();
+  c.model_path = test::ref_path("models/tiny-qwen35-f32.gguf");
+  c.n_ctx = 256;
+  c.n_parallel = 4;
+  c.deterministic = true;
+  c.state_snapshot_interval = 32;
+  auto run_all = [&](int64_t kv_tokens, int* preempted) {
+    c.kv_tokens = kv_tokens;
+    auto e = make(c);
+    EXPECT_TRUE(e);
+    std::vector<Stream> streams;
+    for (int i = 0; i < 4; ++i) {
+      auto s = e->submit(greedy(prompt_of(60, 300 + i), 120));
+      EXPECT_TRUE(s.has_value());
+      streams.push_back(std::move(*s));
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& s : streams) {
+      Event ev = s.wait();
+      EXPECT_EQ(ev.finish, Finish::kLength);
+      out.push_back(ids(ev));
+      *preempted += ev.usage.preemptions;
+    }
+    EXPECT_EQ(e->stats().kv_pages_used, 0);
+    return out;
+  };
+  int none = 0, preempted = 0;
+  const auto roomy = run_all(4 * 256, &none);
+  const auto tight = run_all(320, &preempted);  // 10 pages: four ~180-token sequences do not fit
+  EXPECT_EQ(none, 0);
+  EXPECT_GT(preempted, 0);
+  EXPECT_EQ(tight, roomy);
+}
+
 TEST(Engine, PreemptsUnderASmallKvPoolAndEveryRequestStillCompletesCorrectly) {
   EngineConfig c = base_config();
   c.n_ctx = 256;
