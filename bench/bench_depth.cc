@@ -149,7 +149,9 @@ int main(int argc, char** argv) {
     const auto colon = spec.find(':');
     const QType kt = kv_type(spec.substr(0, colon));
     const QType vt = kv_type(colon == std::string::npos ? spec.substr(0, colon) : spec.substr(colon + 1));
-    kv::KvGeometry g = m.kv_geometry(kt, vt);
+    // Hybrid models: a second state slot holds the state at depth, restored
+    // after each timed run (a recurrent state cannot be truncated).
+    kv::KvGeometry g = m.kv_geometry(kt, vt, 32, 2);
     g.tiled = tiled;
     if (!tiled && a.tiled.size() > 1 && !kv::tileable(kt) && !kv::tileable(vt))
       continue;  // --layout both: a format without a tiled layout runs once
@@ -168,6 +170,14 @@ int main(int argc, char** argv) {
             for (auto& x : v) x = nd(rng);
             cache->store(t, l, p, k.data(), v.data());
           }
+        // The DeltaNet state is fixed-size whatever the depth: random values
+        // at the right position cost what real ones do.
+        if (cache->has_state()) {
+          std::normal_distribution<float> sd(0.0f, 0.05f);
+          float* st = cache->states().slot_data(t.state);
+          for (size_t i = 0; i < cache->states().slot_floats(); ++i) st[i] = sd(rng);
+          cache->states().set_pos(t.state, depth);
+        }
       } else {
         for (int64_t done = 0; done < depth;) {
           const int64_t n = std::min<int64_t>(ws.max_tokens, depth - done);
@@ -180,6 +190,16 @@ int main(int argc, char** argv) {
           done += n;
         }
       }
+      int32_t saved = -1;
+      if (cache->has_state()) {
+        if (t.state < 0 && !cache->reserve(t, 0).is_ok()) die("state slot");
+        saved = cache->states().alloc();
+        cache->states().copy(t.state, saved);
+      }
+      auto rewind = [&] {
+        cache->truncate(t, depth);
+        if (saved >= 0) cache->states().copy(saved, t.state);
+      };
       std::vector<double> pp, tg;
       for (int r = 0; r < a.reps; ++r) {
         if (a.n_prompt > 0) {
@@ -193,7 +213,7 @@ int main(int argc, char** argv) {
           const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
           if (!s.is_ok()) die(s.message());
           pp.push_back(double(a.n_prompt) / sec);
-          cache->truncate(t, depth);
+          rewind();
         }
         Batch b;
         b.seqs = {&t};
@@ -206,8 +226,9 @@ int main(int argc, char** argv) {
         }
         const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
         tg.push_back(double(a.n_gen) / sec);
-        cache->truncate(t, depth);
+        rewind();
       }
+      if (saved >= 0) cache->states().free(saved);
       const Stat sp = a.n_prompt > 0 ? stat(pp) : Stat{}, st = stat(tg);
       char pps[64] = "-";
       if (a.n_prompt > 0) std::snprintf(pps, sizeof pps, "%.1f (%.1f..%.1f)", sp.median, sp.lo, sp.hi);

@@ -140,10 +140,25 @@ int run_info(const InfoArgs& a) {
                     {"sliding_window", c.sliding_window},
                     {"sliding_window_pattern", c.sliding_window_pattern},
                     {"rope_freq_base_swa", c.rope_freq_base_swa}};
-    if (c.sliding_window > 0) {
+    if (c.sliding_window > 0 || c.is_hybrid()) {
       std::vector<std::string> kinds;
-      for (uint32_t il = 0; il < c.n_layer; ++il) kinds.push_back(c.is_sliding(il) ? "sliding" : "full");
+      for (uint32_t il = 0; il < c.n_layer; ++il)
+        kinds.push_back(c.is_nextn(il)       ? "mtp"
+                        : c.is_recurrent(il) ? "linear"
+                        : c.is_sliding(il)   ? "sliding"
+                                             : "full");
       j["layer_kinds"] = kinds;
+    }
+    if (c.is_hybrid()) {
+      j["hparams"]["n_nextn"] = c.n_nextn;
+      j["hparams"]["full_attention_interval"] = c.full_attention_interval;
+      j["hparams"]["ssm"] = {{"conv_kernel", c.ssm_conv_kernel},
+                             {"head_dim", c.ssm_head_dim},
+                             {"n_k_heads", c.ssm_n_k_heads},
+                             {"n_v_heads", c.ssm_n_v_heads},
+                             {"inner", c.ssm_inner}};
+      j["recurrent_state_bytes_per_sequence"] = c.recurrent_state_bytes();
+      j["n_kv_layer"] = c.n_kv_layer();
     }
     if (c.is_moe()) {
       // A token reads only its experts: the stacked expert tensors count
@@ -231,6 +246,16 @@ int run_info(const InfoArgs& a) {
                        c.n_expert, c.n_expert_used, c.n_ff_exp,
                        human_count(j["n_params_active"].get<uint64_t>()),
                        j["n_params_active"].get<uint64_t>()));
+    if (c.is_hybrid()) {
+      line(fmt::format("hybrid        {} Gated DeltaNet blocks, {} full-attention blocks (every {}th), "
+                       "{} MTP block{}",
+                       c.n_recurrent_layer(), c.n_kv_layer(), c.full_attention_interval, c.n_nextn,
+                       c.n_nextn == 1 ? "" : "s"));
+      line(fmt::format("deltanet      {} key / {} value heads of {}, conv {} taps; recurrent state "
+                       "{} per sequence",
+                       c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim, c.ssm_conv_kernel,
+                       human_bytes(c.recurrent_state_bytes())));
+    }
     if (c.sliding_window > 0) {
       uint32_t local = 0;
       for (uint32_t il = 0; il < c.n_layer; ++il) local += c.is_sliding(il);
@@ -263,7 +288,11 @@ int run_info(const InfoArgs& a) {
                      human_count(h.elements), human_bytes(h.bytes)));
   if (cfg) {
     line("");
-    line("KV cache per token (K and V in the same format) = 2 x n_layer x n_kv_heads x head_dim x bytes/elem");
+    line(fmt::format("KV cache per token (K and V in the same format) = 2 x n_layer x n_kv_heads x "
+                     "head_dim x bytes/elem{}",
+                     cfg->is_hybrid() ? fmt::format(", over the {} of {} blocks that keep KV",
+                                                    cfg->n_kv_layer(), cfg->n_layer)
+                                      : std::string()));
     for (auto it = j["kv_bytes_per_token"].begin(); it != j["kv_bytes_per_token"].end(); ++it) {
       if (it.value().is_null()) {
         line(fmt::format("  {:<6} n/a (head dim {} is not a multiple of its block)", it.key(),

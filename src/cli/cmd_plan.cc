@@ -37,7 +37,8 @@ struct PlanArgs {
   std::string cache_type_k = "f16", cache_type_v = "f16";
   int64_t batch = 512, ubatch = 512;
   int threads = 0;
-  std::string devices, split = "layer", ratio, headroom = "15%", kv_budget, bandwidth;
+  std::string devices, split = "layer", ratio, headroom = "15%", kv_budget, bandwidth, extra_bytes;
+  int state_snapshots = -1;
   bool json = false;
   bool type_given = false;  // --type was on the command line
 };
@@ -54,7 +55,7 @@ Status read_preset(const std::string& name, const std::string& type, plan::PlanI
                  tools::file_type_names());
   in.arch = p->arch;
   in.rope_freqs = p->llama3_rope;
-  const auto table = weight_table(in.arch, p->llama3_rope);
+  const auto table = default_weight_table(in.arch, p->llama3_rope);
   const auto types = tools::plan_tensor_types(in.arch, table, *ft);
   for (size_t i = 0; i < table.size(); ++i) {
     const WeightSpec& s = table[i];
@@ -98,6 +99,17 @@ Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) 
   SUSTAIN_ASSIGN_OR_RETURN(in.v_type, kv_type(a.cache_type_v, "--cache-type-v"));
   in.n_ctx = a.ctx;
   in.n_parallel = a.parallel;
+  // As the engine keeps them: 4 recurrent-state snapshots per sequence by default.
+  if (in.arch.is_hybrid())
+    in.state_snapshots = a.state_snapshots >= 0 ? a.state_snapshots : 4 * a.parallel;
+  if (!a.extra_bytes.empty()) {
+    // Bytes of a file not given (a vision projector, say), placed as one.
+    SUSTAIN_ASSIGN_OR_RETURN(uint64_t b, plan::parse_bytes(a.extra_bytes, "--extra-bytes"));
+    plan::TensorEntry e;
+    e.name = "mmproj (--extra-bytes)";
+    e.bytes = b;
+    in.sidecar.push_back(e);
+  }
   // The workspace holds what one forward call computes at once, as open_session sizes it.
   in.ubatch = std::min({a.batch, a.ubatch, a.ctx});
   const int threads = a.threads > 0 ? a.threads : default_threads();
@@ -214,6 +226,11 @@ Runner add_plan(CLI::App& app) {
   sub->add_option("--bandwidth", a->bandwidth,
                   "memory bandwidth in GB/s (one, or one per device) for the speed curve; "
                   "'measure' measures this machine's");
+  sub->add_option("--extra-bytes", a->extra_bytes,
+                  "bytes of a further file held with the model, counted as a projector (0.9G)");
+  sub->add_option("--state-snapshots", a->state_snapshots,
+                  "hybrid models: recurrent-state snapshots for prefix reuse (-1 = 4 x --parallel)")
+      ->check(CLI::Range(-1, 1 << 20));
   sub->add_flag("--json", a->json, "print the plan as JSON (see docs/plan.md)");
   return [a, type] {
     a->type_given = type->count() > 0;

@@ -51,7 +51,7 @@ int list_presets(bool all) {
   for (const auto& p : tools::presets()) {
     if (p.for_tests && !all) continue;
     const auto& c = p.arch;
-    const uint64_t n = parameter_count(weight_table(c, p.llama3_rope));
+    const uint64_t n = parameter_count(default_weight_table(c, p.llama3_rope));
     std::printf("%-14s %-6s %8.3fB %7u %6u %6u %9u %7u %8u  %s\n", p.name.c_str(),
                 arch_name(c.arch), n / 1e9, c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.n_vocab,
                 c.n_ctx_train, p.hf_name.c_str());

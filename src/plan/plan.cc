@@ -50,6 +50,7 @@ std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& rati
 struct Layout {
   std::vector<DeviceUse> dev;
   size_t logits_dev = 0;
+  int64_t state_snapshots = 0;  // state slots beyond one per sequence
 };
 
 }  // namespace
@@ -115,6 +116,12 @@ uint64_t workspace_bytes(const ArchConfig& c, int64_t ubatch, uint64_t kernel_sc
     per_token += c.n_expert + 3ull * c.n_expert_used + 2ull * c.n_embd;
     fixed += (2ull * c.n_expert + 1) * sizeof(int32_t);
   }
+  // qwen35: the query-and-gate projection and the gates (3 q_dim), and the
+  // DeltaNet channels before and after the convolution, z and the outputs,
+  // β and the decay.
+  if (c.has_attn_gate()) per_token += 3ull * c.q_dim();
+  if (c.is_hybrid())
+    per_token += 2ull * c.ssm_conv_channels() + 2ull * c.ssm_inner + 2ull * c.ssm_n_v_heads;
   return n * per_token * sizeof(float) + fixed + kernel_scratch_bytes;
 }
 
@@ -199,12 +206,29 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   const std::vector<int64_t> hb =
       row ? split_bounds(c.n_head_kv, ratios) : std::vector<int64_t>{0, c.n_head_kv};
   const uint64_t kv_row = g.k_row_bytes() + g.v_row_bytes();
+  // Hybrid models: only full-attention blocks keep KV, DeltaNet blocks keep
+  // a state per sequence (split by value heads under a row split).
+  const std::vector<int64_t> vb =
+      row ? split_bounds(c.ssm_n_v_heads, ratios) : std::vector<int64_t>{0, c.ssm_n_v_heads};
+  const uint64_t conv_layer = c.is_hybrid() ? uint64_t{c.ssm_conv_kernel - 1} * c.ssm_conv_channels() : 0;
+  const uint64_t ssm_head = uint64_t{c.ssm_head_dim} * c.ssm_head_dim;
   for (size_t d = 0; d < n_dev; ++d) {
     DeviceUse& u = L.dev[d];
     u.layer_begin = static_cast<int>(row ? 0 : lb[d]);
     u.layer_end = static_cast<int>(row ? c.n_layer : lb[d + 1]);
     u.kv_heads = static_cast<int>(row ? hb[d + 1] - hb[d] : c.n_head_kv);
-    u.kv_bytes_per_token = uint64_t(u.layer_end - u.layer_begin) * uint64_t(u.kv_heads) * kv_row;
+    uint64_t kv_layers = 0, state_layers = 0;
+    for (int il = u.layer_begin; il < u.layer_end; ++il) {
+      kv_layers += c.kv_layer(static_cast<uint32_t>(il)) >= 0;
+      state_layers += c.is_recurrent(static_cast<uint32_t>(il));
+    }
+    u.kv_bytes_per_token = kv_layers * uint64_t(u.kv_heads) * kv_row;
+    if (c.is_hybrid()) {
+      // Conv rows stay whole on device 0 under a row split (they are small).
+      const uint64_t heads = row ? static_cast<uint64_t>(vb[d + 1] - vb[d]) : c.ssm_n_v_heads;
+      const uint64_t conv = row && d != 0 ? 0 : conv_layer;
+      u.state_per_sequence = state_layers * (conv + heads * ssm_head) * sizeof(float);
+    }
   }
   auto owner_of_layer = [&](int layer) {
     for (size_t d = 0; d < n_dev; ++d)
@@ -279,12 +303,19 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
     p.step_weight_bytes += step;
     return Status::ok();
   };
-  for (const TensorEntry& t : in.tensors)
-    SUSTAIN_TRY(add_tensor(t, classify_tensor(t.name, table.count(t.name) != 0)));
+  for (const TensorEntry& t : in.tensors) {
+    Group grp = classify_tensor(t.name, table.count(t.name) != 0);
+    // The NextN/MTP blocks' attention and FFN are in the weight table but
+    // not in the main forward: they belong with the MTP head.
+    const int layer = layer_of(t.name);
+    if (c.n_nextn > 0 && layer >= 0 && c.is_nextn(static_cast<uint32_t>(layer))) grp = Group::kMtp;
+    SUSTAIN_TRY(add_tensor(t, grp));
+  }
   for (const TensorEntry& t : in.sidecar) SUSTAIN_TRY(add_tensor(t, Group::kProjector));
 
   p.scratch_bytes = workspace_bytes(c, in.ubatch, in.kernel_scratch_bytes);
   for (DeviceUse& u : L.dev) u.scratch = p.scratch_bytes;
+  L.state_snapshots = in.state_snapshots;
   L.logits_dev = row ? 0 : last;
   p.host = in.host;
   p.host_bytes =
@@ -304,7 +335,8 @@ uint64_t logits_bytes(const ArchConfig& c, int64_t n_seq) {
 // Bytes of everything but the KV pool on device d.
 u128 fixed_bytes(const Layout& L, size_t d, const ArchConfig& c, int64_t n_seq) {
   const DeviceUse& u = L.dev[d];
-  return u128(u.weights) + u.scratch + u.host + (d == L.logits_dev ? logits_bytes(c, n_seq) : 0);
+  return u128(u.weights) + u.scratch + u.host + (d == L.logits_dev ? logits_bytes(c, n_seq) : 0) +
+         u128(u.state_per_sequence) * u128(n_seq + L.state_snapshots);
 }
 
 // The most KV pages every device can hold beside its fixed bytes with
@@ -337,11 +369,14 @@ void speed_curve(const PlanInput& in, const Layout& L, Plan& p) {
   for (const DeviceUse& u : L.dev)
     if (!(u.bandwidth_gbps > 0.0)) return;
   const bool row = in.split == Split::kRow && L.dev.size() > 1;
-  auto step_seconds = [&](int64_t tokens_per_device_step, uint64_t* bytes_total) {
+  auto step_seconds = [&](int64_t tokens_per_device_step, int64_t seqs_per_step,
+                          uint64_t* bytes_total) {
     double t = 0.0;
     uint64_t total = 0;
     for (const DeviceUse& u : L.dev) {
-      const uint64_t b = u.step_weights + u.kv_bytes_per_token * uint64_t(tokens_per_device_step);
+      // A hybrid's state is read and written once per step and sequence.
+      const uint64_t b = u.step_weights + u.kv_bytes_per_token * uint64_t(tokens_per_device_step) +
+                         2 * u.state_per_sequence * uint64_t(seqs_per_step);
       total += b;
       const double s = static_cast<double>(b) / (u.bandwidth_gbps * 1e9);
       // Layers run one device after another; row shards run side by side.
@@ -353,9 +388,9 @@ void speed_curve(const PlanInput& in, const Layout& L, Plan& p) {
   for (int64_t ctx : speed_contexts(p.max_ctx, in.n_ctx)) {
     SpeedPoint sp;
     sp.ctx = ctx;
-    const double t1 = step_seconds(ctx, &sp.bytes_per_step);
+    const double t1 = step_seconds(ctx, 1, &sp.bytes_per_step);
     sp.tok_s = t1 > 0 ? 1.0 / t1 : 0.0;
-    const double tn = step_seconds(ctx * in.n_parallel, nullptr);
+    const double tn = step_seconds(ctx * in.n_parallel, in.n_parallel, nullptr);
     sp.aggregate_tok_s = tn > 0 ? in.n_parallel / tn : 0.0;
     p.speed.push_back(sp);
   }
@@ -423,7 +458,20 @@ Expected<Plan> make_plan(const PlanInput& in) {
   SUSTAIN_TRY(validate_input(in));
   Plan p;
   kv::KvGeometry& g = p.geometry;
-  g.n_layer = static_cast<int>(in.arch.n_layer);
+  g.n_layer = static_cast<int>(in.arch.n_kv_layer());
+  p.kv_layers = g.n_layer;
+  if (in.arch.is_hybrid()) {
+    const ArchConfig& a = in.arch;
+    g.state.n_layer = static_cast<int>(a.n_recurrent_layer());
+    g.state.conv_rows = static_cast<int>(a.ssm_conv_kernel) - 1;
+    g.state.conv_channels = static_cast<int>(a.ssm_conv_channels());
+    g.state.n_head = static_cast<int>(a.ssm_n_v_heads);
+    g.state.head_dim_k = g.state.head_dim_v = static_cast<int>(a.ssm_head_dim);
+    g.state_slots = in.n_parallel + in.state_snapshots;
+    p.state_bytes_per_sequence = g.state.slot_bytes();
+    p.state_slots = g.state_slots;
+    p.state_bytes = p.state_bytes_per_sequence * static_cast<uint64_t>(p.state_slots);
+  }
   g.n_head_kv = static_cast<int>(in.arch.n_head_kv);
   g.head_dim_k = static_cast<int>(in.arch.head_dim_k);
   g.head_dim_v = static_cast<int>(in.arch.head_dim_v);
@@ -462,8 +510,9 @@ Expected<Plan> make_plan(const PlanInput& in) {
   for (size_t d = 0; d < L.dev.size(); ++d) {
     DeviceUse& u = L.dev[d];
     u.kv = static_cast<uint64_t>(p.kv_tokens) * u.kv_bytes_per_token;
+    u.state = u.state_per_sequence * static_cast<uint64_t>(p.state_slots);
     u.logits = d == L.logits_dev ? p.logits_bytes : 0;
-    const u128 total = u128(u.weights) + u.kv + u.scratch + u.logits + u.host;
+    const u128 total = u128(u.weights) + u.kv + u.state + u.scratch + u.logits + u.host;
     if (total > std::numeric_limits<uint64_t>::max())
       return error(Code::kInvalidArgument, "the bytes on {} overflow", u.name);
     u.total = static_cast<uint64_t>(total);

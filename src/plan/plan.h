@@ -73,6 +73,9 @@ struct PlanInput {
   int n_parallel = 1;           // sequences at once
   int64_t kv_budget_bytes = 0;  // > 0: the pool is floor(budget / page_bytes) pages instead
   int64_t ubatch = 512;         // tokens computed at once (workspace rows)
+  // Hybrid models: recurrent-state snapshots kept for prefix reuse, beside
+  // the one state per running sequence.
+  int state_snapshots = 0;
   // Kernel scratch of one workspace: matmul activation rows, attention
   // scratch and the query list for `ubatch` tokens (callers compute it with
   // kernels::matmul_scratch_bytes / attention::attention_scratch_bytes, as
@@ -97,6 +100,10 @@ struct DeviceUse {
   uint64_t step_weights = 0;          // of those, read by each decode step
   uint64_t kv = 0;                    // this device's share of the KV pool
   uint64_t kv_bytes_per_token = 0;
+  // Hybrid models: the recurrent state of this device's DeltaNet layers, per
+  // sequence, and for every state slot (sequences + snapshots).
+  uint64_t state_per_sequence = 0;
+  uint64_t state = 0;
   uint64_t scratch = 0;  // forward workspace
   uint64_t logits = 0;
   uint64_t host = 0;  // host costs (the single-device case only)
@@ -120,11 +127,19 @@ struct Plan {
   uint64_t transformer_bytes = 0, projector_bytes = 0, mtp_bytes = 0, other_bytes = 0;
   uint64_t weights_bytes = 0;
   uint64_t step_weight_bytes = 0;  // read by one decode step (no projector, MTP, embedding table)
+  // Of the MTP bytes, the NextN blocks' own attention and FFN tensors (in the
+  // weight table, but not run by the main forward).
   int projector_tensors = 0, mtp_tensors = 0, other_tensors = 0;
   // KV pool, exactly as KvCache::create allocates it.
   uint64_t kv_bytes_per_token = 0, kv_page_bytes = 0;
   int64_t kv_pages = 0, kv_tokens = 0;  // kv_tokens = pages × page_tokens
   uint64_t kv_bytes = 0;
+  // Recurrent state (hybrid models), exactly as KvCache::create allocates it:
+  // state_slots slots of state_bytes_per_sequence.
+  uint64_t state_bytes_per_sequence = 0;
+  int64_t state_slots = 0;
+  uint64_t state_bytes = 0;
+  int kv_layers = 0;           // blocks that keep KV
   uint64_t scratch_bytes = 0;  // one workspace (per device)
   uint64_t logits_bytes = 0;
   HostCosts host;

@@ -64,6 +64,11 @@ nlohmann::ordered_json to_json(const PlanInput& in, const Plan& p, const std::st
   j["kv_pages"] = p.kv_pages;
   j["kv_tokens"] = p.kv_tokens;
   j["kv_bytes"] = p.kv_bytes;
+  j["kv_layers"] = p.kv_layers;
+  j["state"] = {{"bytes_per_sequence", p.state_bytes_per_sequence},
+                {"slots", p.state_slots},
+                {"snapshots", in.state_snapshots},
+                {"bytes", p.state_bytes}};
   j["scratch_bytes"] = p.scratch_bytes;
   j["logits_bytes"] = p.logits_bytes;
   j["host"] = {{"runtime_bytes", p.host.runtime_bytes},
@@ -81,6 +86,7 @@ nlohmann::ordered_json to_json(const PlanInput& in, const Plan& p, const std::st
                     {"weights_bytes", u.weights},
                     {"kv_bytes", u.kv},
                     {"kv_bytes_per_token", u.kv_bytes_per_token},
+                    {"state_bytes", u.state},
                     {"scratch_bytes", u.scratch},
                     {"logits_bytes", u.logits},
                     {"host_bytes", u.host},
@@ -144,6 +150,14 @@ std::string to_text(const PlanInput& in, const Plan& p, const std::string& sourc
       in.kv_budget_bytes > 0
           ? fmt::format(" from a budget of {}", format_bytes(uint64_t(in.kv_budget_bytes)))
           : fmt::format(" for {} × {}", in.n_ctx, in.n_parallel)));
+  if (c.is_hybrid())
+    line(fmt::format("  KV layers   {:>12}  (of {} blocks: the others are Gated DeltaNet or MTP)",
+                     p.kv_layers, c.n_layer));
+  if (p.state_slots > 0)
+    line(fmt::format("  state       {:>12}  (recurrent, {} per sequence × {} slots: {} sequences + {} "
+                     "prefix snapshots)",
+                     format_bytes(p.state_bytes), format_bytes(p.state_bytes_per_sequence),
+                     p.state_slots, in.n_parallel, in.state_snapshots));
   line(fmt::format("  workspace   {:>12}  (ubatch {} tokens{})", format_bytes(p.scratch_bytes),
                    in.ubatch, p.split ? ", on each device" : ""));
   line(fmt::format("  logits      {:>12}", format_bytes(p.logits_bytes)));
@@ -153,14 +167,15 @@ std::string to_text(const PlanInput& in, const Plan& p, const std::string& sourc
   if (p.split) {
     line(fmt::format("devices ({} split, headroom {:.0f}%):", split_name(in.split),
                      in.headroom * 100));
-    line(fmt::format("  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", "device",
-                     "size", "usable", "weights", "KV", "workspace", "total", "fits",
+    line(fmt::format("  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", "device",
+                     "size", "usable", "weights", "KV", "state", "workspace", "total", "fits",
                      in.split == Split::kRow ? "KV heads" : "layers"));
     for (const DeviceUse& u : p.devices)
       line(fmt::format(
-          "  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", u.name,
+          "  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", u.name,
           format_bytes(u.capacity), format_bytes(u.usable), format_bytes(u.weights),
-          format_bytes(u.kv), format_bytes(u.scratch), format_bytes(u.total), u.fits ? "yes" : "NO",
+          format_bytes(u.kv), format_bytes(u.state), format_bytes(u.scratch), format_bytes(u.total),
+          u.fits ? "yes" : "NO",
           in.split == Split::kRow ? fmt::format("{}", u.kv_heads)
                                   : fmt::format("{}-{}", u.layer_begin, u.layer_end - 1)));
   }

@@ -138,6 +138,30 @@ std::vector<Preset> build_presets() {
   const auto Q3 = Arch::kQwen3;
   // Qwen3 MoE: qwen3 attention, n_expert SwiGLU experts of width n_ff_exp per
   // block, n_expert_used per token (Qwen/Qwen3-30B-A3B's config.json).
+  // Qwen 3.5 dense hybrid: every 4th block gated full attention, the rest
+  // Gated DeltaNet with k_heads/v_heads heads of 128 and a 4-tap convolution,
+  // rotary over a quarter of the head (mrope_section [11, 11, 10]), rope
+  // base 1e7, n_mtp MTP blocks after the main ones (Qwen/Qwen3.5-*'s
+  // config.json: full_attention_interval, linear_*, partial_rotary_factor,
+  // mtp_num_hidden_layers).
+  auto hybrid = [](ArchConfig c, uint32_t k_heads, uint32_t v_heads, uint32_t ssm_dim,
+                   uint32_t n_mtp) {
+    c.arch = Arch::kQwen35;
+    c.n_nextn = n_mtp;
+    c.n_layer += n_mtp;
+    c.full_attention_interval = 4;
+    c.ssm_conv_kernel = 4;
+    c.ssm_head_dim = ssm_dim;
+    c.ssm_n_k_heads = k_heads;
+    c.ssm_n_v_heads = v_heads;
+    c.ssm_inner = v_heads * ssm_dim;
+    c.rope_dim = c.head_dim_k / 4;
+    const uint32_t pairs = c.rope_dim / 2;  // [11, 11, 10] for 32 pairs
+    c.rope_sections[0] = (pairs + 2) / 3;
+    c.rope_sections[1] = (pairs + 2) / 3;
+    c.rope_sections[2] = pairs - 2 * ((pairs + 2) / 3);
+    return c;
+  };
   auto moe = [](ArchConfig c, uint32_t n_expert, uint32_t n_used, uint32_t n_ff_exp) {
     c.arch = Arch::kQwen3Moe;
     c.n_expert = n_expert;
@@ -195,6 +219,21 @@ std::vector<Preset> build_presets() {
                      1000000.0f, 1e-6f, false),
            128, 8, 768),
        qwen_vocab(true, 151936)});
+  // Qwen 3.5 4B: 32 blocks (8 full attention), 16 query / 4 KV heads of 256,
+  // DeltaNet 16 key / 32 value heads of 128, tied embeddings, one MTP block.
+  add({"qwen3.5-4b", "Qwen/Qwen3.5-4B",
+       hybrid(make_arch(Arch::kQwen35, "Qwen3.5 4B (synthetic)", 32, 2560, 9216, 16, 4, 256,
+                        248320, 262144, 10000000.0f, 1e-6f, true),
+              16, 32, 128, 1),
+       qwen_vocab(true, 248320, 248044)});
+  // Qwen 3.5 27B: 64 blocks (16 full attention), 24 query / 4 KV heads of
+  // 256, FFN 17408, DeltaNet 16 key / 48 value heads of 128, one MTP block:
+  // the dual-GPU seed's model.
+  add({"qwen3.5-27b", "Qwen/Qwen3.5-27B",
+       hybrid(make_arch(Arch::kQwen35, "Qwen3.5 27B (synthetic)", 64, 5120, 17408, 24, 4, 256,
+                        248320, 262144, 10000000.0f, 1e-6f, false),
+              16, 48, 128, 1),
+       qwen_vocab(true, 248320, 248044)});
   {
     Preset x{"llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct",
              make_arch(L, "Llama 3.1 70B (synthetic)", 80, 8192, 28672, 64, 8, 128, 128256,
@@ -226,6 +265,17 @@ std::vector<Preset> build_presets() {
              moe(make_arch(Q3, "tiny qwen3moe (synthetic)", 3, 64, 128, 4, 2, 32, 2048, 4096,
                            1000000.0f, 1e-6f, true),
                  8, 2, 32),
+             qwen_vocab(true, 2048, 2000)};
+    x.for_tests = true;
+    add(std::move(x));
+  }
+  {
+    // 4 main blocks (0-2 DeltaNet, 3 full attention) and one MTP block; rotary
+    // over 16 of 64 dims as sections [3, 3, 2, 0].
+    ArchConfig c = hybrid(make_arch(Arch::kQwen35, "tiny qwen35 (synthetic)", 4, 64, 192, 4, 2,
+                                    64, 2048, 4096, 10000000.0f, 1e-6f, true),
+                          2, 4, 32, 1);
+    Preset x{"tiny-qwen35", "(test) the shape of tiny-qwen35 in the reference data", c,
              qwen_vocab(true, 2048, 2000)};
     x.for_tests = true;
     add(std::move(x));

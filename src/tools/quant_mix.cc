@@ -88,7 +88,9 @@ std::vector<QType> plan_tensor_types(const ArchConfig& cfg, const std::vector<We
   const bool is_70b = cfg.arch == Arch::kLlama && cfg.n_layer == 80;
   int n_attn_v = 0, n_ffn_down = 0;
   for (const auto& w : table) {
-    n_attn_v += w.role == TensorRole::kAttnV;
+    // llama.cpp counts fused QKV projections (qwen35's DeltaNet attn_qkv)
+    // among the attn_v tensors whose first and last eighths get more bits.
+    n_attn_v += w.role == TensorRole::kAttnV || w.role == TensorRole::kSsmQkv;
     n_ffn_down += is_ffn_down(w.role);
   }
   int i_attn_v = 0, i_ffn_down = 0;
@@ -96,8 +98,9 @@ std::vector<QType> plan_tensor_types(const ArchConfig& cfg, const std::vector<We
   out.reserve(table.size());
   for (const auto& w : table) {
     // Only matrices are converted; norms, biases and rope factors stay F32,
-    // and so does a mixture of experts' router, as llama.cpp leaves it.
-    if (!w.is_matrix() || w.role == TensorRole::kFfnGateInp) {
+    // and so do a mixture of experts' router and DeltaNet's conv taps, as
+    // llama.cpp leaves them.
+    if (!w.is_matrix() || w.role == TensorRole::kFfnGateInp || w.role == TensorRole::kSsmConv1d) {
       out.push_back(QType::F32);
       continue;
     }
@@ -121,6 +124,12 @@ std::vector<QType> plan_tensor_types(const ArchConfig& cfg, const std::vector<We
         }
         if (is_70b && (t == QType::Q3_K || t == QType::Q4_K)) t = QType::Q5_K;
         ++i_attn_v;
+      } else if (w.role == TensorRole::kSsmQkv) {
+        if (ft == FileType::kQ4_K_M) {
+          t = QType::Q5_K;
+        } else if (ft == FileType::kQ5_K_M) {
+          t = QType::Q6_K;
+        }
       } else if (is_ffn_down(w.role)) {
         if ((ft == FileType::kQ4_K_M || ft == FileType::kQ5_K_M) &&
             use_more_bits(i_ffn_down, n_ffn_down)) {

@@ -27,6 +27,7 @@ TensorRole role_from_name(const std::string& n) {
   if (has("ffn_down")) return TensorRole::kFfnDown;
   if (has("ffn_gate")) return TensorRole::kFfnGate;
   if (has("ffn_up")) return TensorRole::kFfnUp;
+  if (has("attn_qkv.weight")) return TensorRole::kSsmQkv;
   return TensorRole::kAttnNorm;  // any other tensor: no special rule applies
 }
 
@@ -37,7 +38,8 @@ bool convertible(const gguf::TensorInfo& t) {
   const bool is_weight = n.size() >= 6 && n.compare(n.size() - 6, 6, "weight") == 0;
   return (t.shape.size() == 2 || t.shape.size() == 3) && is_weight &&
          n.find("_norm.weight") == std::string::npos &&
-         n.find("ffn_gate_inp.weight") == std::string::npos;
+         n.find("ffn_gate_inp.weight") == std::string::npos &&
+         n.find("ssm_conv1d.weight") == std::string::npos;
 }
 
 }  // namespace

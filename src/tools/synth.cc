@@ -48,6 +48,10 @@ void fill_rows(const WeightSpec& w, uint64_t seed, size_t tensor_index, int64_t 
     case TensorRole::kAttnKNorm:
     case TensorRole::kAttnPostNorm:
     case TensorRole::kFfnPostNorm:
+    case TensorRole::kSsmNorm:
+    case TensorRole::kNextnEnorm:
+    case TensorRole::kNextnHnorm:
+    case TensorRole::kNextnSharedHeadNorm:
       // Norm gains around 1, as in a trained model.
       offset = 1.0f;
       scale = 0.05f;
@@ -55,6 +59,17 @@ void fill_rows(const WeightSpec& w, uint64_t seed, size_t tensor_index, int64_t 
     case TensorRole::kAttnQBias:
     case TensorRole::kAttnKBias:
     case TensorRole::kAttnVBias: scale = 0.02f; break;
+    // Gated DeltaNet: A = -exp(A_log) < 0, so that exp(g) is a decay in
+    // (0, 1) (a positive A would grow the state without bound), a dt bias
+    // around -0.5 and conv taps of PyTorch's default scale (1/sqrt(K)).
+    case TensorRole::kSsmA:
+      offset = -0.5f;
+      scale = 0.1f;
+      break;
+    case TensorRole::kSsmDtBias:
+      offset = -0.5f;
+      scale = 0.5f;
+      break;
     case TensorRole::kTokenEmbd:
       // Embedding rows of unit RMS / sqrt(d) like an initialised model; the
       // first RMSNorm rescales them anyway.
@@ -83,7 +98,7 @@ Expected<SynthResult> synth_model(const Preset& preset, const std::string& out_p
                                   const SynthOptions& opt, ThreadPool& pool) {
   const ArchConfig& cfg = preset.arch;
   SUSTAIN_TRY(validate_arch_config(cfg));
-  const auto table = weight_table(cfg, preset.llama3_rope);
+  const auto table = default_weight_table(cfg, preset.llama3_rope);
   const auto types = plan_tensor_types(cfg, table, opt.type);
   const auto& ft = file_type_info(opt.type);
 

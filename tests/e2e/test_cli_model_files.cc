@@ -184,10 +184,11 @@ TEST(CliQuantize, ByteIdenticalToLlamaCpp) {
 // The 2026 architectures: a mixture of experts (its stacked [8, out, in]
 // expert tensors become Q8_0 row by row, the router stays F32, as
 // llama-quantize leaves them) and gemma3 (post-norms stay F32): every tensor
-// byte-identical to llama.cpp's Q8_0 files.
+// byte-identical to llama.cpp's Q8_0 files. qwen35: the DeltaNet conv taps, A
+// and dt bias stay F32, attn_qkv and ssm_out become Q8_0.
 TEST(CliQuantize, NewArchitecturesByteIdenticalToLlamaCpp) {
   SUSTAIN_REQUIRE_REF();
-  for (const char* model : {"tiny-qwen3moe", "tiny-gemma3"}) {
+  for (const char* model : {"tiny-qwen3moe", "tiny-gemma3", "tiny-qwen35"}) {
     SCOPED_TRACE(model);
     const std::string out = tmp_path(std::string("q_") + model + "_Q8_0.gguf");
     auto r = run_cli("quantize " + ref_path(std::string("models/") + model + "-f32.gguf") + " " +
