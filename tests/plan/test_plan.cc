@@ -8,6 +8,7 @@
 
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "plan/parse.h"
@@ -33,7 +34,7 @@ std::vector<plan::TensorEntry> preset_tensors(const char* name, tools::FileType 
   const tools::Preset* p = tools::find_preset(name);
   std::vector<plan::TensorEntry> out;
   if (!p) return out;
-  const auto table = weight_table(p->arch, p->llama3_rope);
+  const auto table = default_weight_table(p->arch, p->llama3_rope);
   const auto types = tools::plan_tensor_types(p->arch, table, ft);
   for (size_t i = 0; i < table.size(); ++i) {
     const uint64_t n_in = static_cast<uint64_t>(table[i].shape.back());
@@ -385,6 +386,85 @@ TEST(PlanErrors, NameTheField) {
   p = plan::make_plan(in);
   ASSERT_FALSE(p.has_value());
   EXPECT_NE(p.status().message().find("too large"), std::string::npos) << p.status().message();
+}
+
+}  // namespace
+}  // namespace sustain::test
+
+namespace sustain::test {
+namespace {
+
+// Hybrid models (qwen35): KV for the full-attention blocks only, and the
+// recurrent state of every sequence and snapshot, exactly what the engine's
+// cache and prefix cache allocate for the same model; the workspace as
+// make_workspace sizes it.
+TEST(PlanHybrid, KvStateAndWorkspaceEqualWhatTheEngineAllocates) {
+  const tools::Preset* preset = tools::find_preset("tiny-qwen35");
+  ASSERT_NE(preset, nullptr);
+  const std::string path = tmp_path("plan_tiny_qwen35.gguf");
+  ThreadPool pool(2);
+  tools::SynthOptions opt;
+  opt.type = tools::FileType::kQ8_0;
+  auto res = tools::synth_model(*preset, path, opt, pool);
+  ASSERT_TRUE(res.has_value()) << res.status().message();
+  auto model = Model::load(path);
+  ASSERT_TRUE(model.has_value()) << model.status().message();
+  const ArchConfig& c = (*model)->config();
+  for (int par : {1, 3}) {
+    plan::PlanInput in = input_for(c);
+    in.n_ctx = 100;
+    in.n_parallel = par;
+    in.state_snapshots = 2 * par;
+    in.k_type = in.v_type = QType::Q8_0;
+    const plan::Plan p = must_plan(in);
+    EXPECT_EQ(p.kv_layers, 1);
+    auto cache = kv::KvCache::create((*model)->kv_geometry(QType::Q8_0, QType::Q8_0, 32, par),
+                                     in.n_ctx * par);
+    ASSERT_TRUE(cache.has_value()) << cache.status().message();
+    EXPECT_EQ(p.kv_bytes, cache->bytes_allocated());
+    kv::PrefixCache prefix(*cache, in.state_snapshots);
+    EXPECT_EQ(p.state_bytes,
+              cache->states().bytes_allocated() + prefix.snapshot_pool().bytes_allocated());
+    EXPECT_EQ(p.state_bytes_per_sequence, c.recurrent_state_bytes());
+    EXPECT_EQ(p.state_slots, 3 * par);
+  }
+  for (int64_t ub : {1, 7, 512}) {
+    const Workspace ws = (*model)->make_workspace(ub, 1);
+    const size_t floats = ws.x.size() + ws.cur.size() + ws.q.size() + ws.k.size() + ws.v.size() +
+                          ws.attn_out.size() + ws.gate.size() + ws.up.size() + ws.hidden.size() +
+                          ws.logits_in.size() + ws.q_gate.size() + ws.attn_gate.size() +
+                          ws.ssm_mixed.size() + ws.ssm_conv.size() + ws.ssm_z.size() +
+                          ws.ssm_o.size() + ws.ssm_beta.size() + ws.ssm_g.size();
+    EXPECT_EQ(plan::workspace_bytes(c, ub, 0), floats * sizeof(float)) << ub;
+  }
+}
+
+// The dual-GPU seed (002): Qwen3.5-27B in 4-bit weights with a 4-bit KV cache
+// at 256K context and a 0.9 GB vision projector, "about 25 GB", on a 16 GB
+// and a 12 GB card. KV is kept by 16 of the 64 blocks; 48 DeltaNet blocks
+// carry 149.6 MiB of state per sequence.
+TEST(PlanHybrid, Qwen35_27B_At256KFitsTwoCards) {
+  plan::PlanInput in = preset_input("qwen3.5-27b", tools::FileType::kQ4_K_M);
+  in.host_capacity = 0;
+  in.n_ctx = 256000;
+  in.k_type = in.v_type = QType::Q4_0;
+  in.state_snapshots = 1;
+  in.sidecar.push_back({"mmproj", QType::F16, {}, 900'000'000});
+  in.devices = {{"dev0", uint64_t{16} << 30, 16.0, 0.0}, {"dev1", uint64_t{12} << 30, 12.0, 0.0}};
+  in.headroom = 0.15;
+  const plan::Plan p = must_plan(in);
+  EXPECT_EQ(p.kv_layers, 16);
+  // q4_0: 18 bytes per 32 values; 16 layers × 4 heads × (K + V) of 256.
+  EXPECT_EQ(p.kv_bytes_per_token, 16u * 4u * 2u * (256u / 32u * 18u));
+  EXPECT_EQ(p.state_bytes_per_sequence, 48ull * (3 * 10240 + 48 * 128 * 128) * 4);
+  EXPECT_GT(p.mtp_tensors, 0);
+  const double gb = static_cast<double>(p.total_bytes) / 1e9;
+  EXPECT_GT(gb, 21.0);
+  EXPECT_LT(gb, 27.0);
+  EXPECT_TRUE(p.fits) << p.verdict;
+  uint64_t kv = 0;
+  for (const auto& d : p.devices) kv += d.kv;
+  EXPECT_EQ(kv, p.kv_bytes);
 }
 
 }  // namespace
