@@ -15,6 +15,28 @@ namespace sustain::bench {
 
 using nlohmann::json;
 
+namespace {
+
+// Speculative decoding over the whole row (every rung): null when off.
+json spec_json(const engine::Engine& e, const engine::EngineConfig& c) {
+  if (!c.spec.enabled()) return nullptr;
+  const engine::EngineStats st = e.stats();
+  std::string types;
+  for (const auto& t : c.spec.types) types += (types.empty() ? "" : ",") + t;
+  return {{"type", types},
+          {"draft_max", c.spec.draft_max},
+          {"drafted", st.spec_draft_tokens},
+          {"accepted", st.spec_accepted_tokens},
+          {"steps", st.spec_steps},
+          {"acceptance", st.spec_draft_tokens
+                             ? static_cast<double>(st.spec_accepted_tokens) / st.spec_draft_tokens
+                             : 0.0},
+          {"k_mean", st.spec_steps ? static_cast<double>(st.spec_draft_tokens) / st.spec_steps
+                                   : 0.0}};
+}
+
+}  // namespace
+
 Status apply_switch(const std::string& spec, AblationRow& row) {
   std::stringstream ss(spec);
   std::string kv;
@@ -25,7 +47,7 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     if (eq == std::string::npos)
       return error(Code::kInvalidArgument,
                    "--ablate '{}': '{}' is not key=value (keys: ctk, ctv, kv, layout, prefix, "
-                   "batch, ubatch, threads, model)",
+                   "batch, ubatch, threads, spec, draft, model)",
                    spec, kv);
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     any = true;
@@ -52,6 +74,20 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
       if (k == "batch") row.cfg.batch_tokens = n;
       if (k == "ubatch") row.cfg.ubatch_tokens = n;
       if (k == "threads") row.cfg.n_threads = static_cast<int>(n);
+    } else if (k == "spec") {
+      // One proposer per row (the switch list is comma-separated already).
+      if (v == "off") {
+        row.cfg.spec.types.clear();
+      } else {
+        SUSTAIN_ASSIGN_OR_RETURN(row.cfg.spec.types, spec::parse_types(v));
+      }
+    } else if (k == "draft") {
+      char* end = nullptr;
+      const long long n = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end || n < 1 || n > 16)
+        return error(Code::kInvalidArgument, "--ablate '{}': draft={} is not in 1..16", spec, v);
+      row.cfg.spec.draft_max = static_cast<int>(n);
+      row.cfg.spec.draft_min = std::min(row.cfg.spec.draft_min, row.cfg.spec.draft_max);
     } else if (k == "model") {
       if (!std::filesystem::exists(v))
         return error(Code::kNotFound, "--ablate '{}': model file '{}' does not exist", spec, v);
@@ -60,7 +96,7 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     } else {
       return error(Code::kInvalidArgument,
                    "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
-                   "ubatch, threads, model)",
+                   "ubatch, threads, spec, draft, model)",
                    spec, k);
     }
   }
@@ -126,6 +162,7 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
                     {"kv", kv_conditions(**re)},
                     {"engine", engine_conditions(r.cfg)},
                     {"ladder", cells},
+                    {"spec", spec_json(**re, r.cfg)},
                     {"quality", nullptr}});
     prev = cells;
   }

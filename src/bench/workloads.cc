@@ -196,10 +196,18 @@ json kv_conditions(const engine::Engine& e) {
 }
 
 json engine_conditions(const engine::EngineConfig& c) {
-  return {{"threads", c.n_threads},         {"n_ctx", c.n_ctx},
-          {"n_parallel", c.n_parallel},     {"kv_tokens", c.kv_tokens},
-          {"batch_tokens", c.batch_tokens}, {"ubatch_tokens", c.ubatch_tokens},
-          {"prefix_cache", c.prefix_cache}, {"deterministic", c.deterministic}};
+  json j = {{"threads", c.n_threads},         {"n_ctx", c.n_ctx},
+            {"n_parallel", c.n_parallel},     {"kv_tokens", c.kv_tokens},
+            {"batch_tokens", c.batch_tokens}, {"ubatch_tokens", c.ubatch_tokens},
+            {"prefix_cache", c.prefix_cache}, {"deterministic", c.deterministic}};
+  json spec = nullptr;
+  if (c.spec.enabled()) {
+    std::string types;
+    for (const auto& t : c.spec.types) types += (types.empty() ? "" : ",") + t;
+    spec = {{"types", types}, {"draft_max", c.spec.draft_max}, {"draft_min", c.spec.draft_min}};
+  }
+  j["spec"] = spec;
+  return j;
 }
 
 Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions& opt) {

@@ -27,6 +27,7 @@
 #include "base/status.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
+#include "spec/proposer.h"
 #include "tensor/qtype.h"
 #include "tokenizer/tokenizer.h"
 
@@ -63,6 +64,12 @@ struct EngineConfig {
   // Every sequence runs in a batch of its own composition-independent shape:
   // at temperature 0 a request's output does not depend on what else runs.
   bool deterministic = false;
+  // Speculative decoding (spec/proposer.h): proposers, draft lengths. Off
+  // when spec.types is empty and no extra proposer is given.
+  spec::Config spec;
+  // A proposer of the caller's, asked before the configured ones (tests and
+  // measurements: an oracle of known continuations). Shared by all sequences.
+  std::shared_ptr<spec::Proposer> extra_proposer;
 };
 
 // Why a request ended.
@@ -82,6 +89,7 @@ struct Request {
   bool ignore_eos = false;         // keep generating past end-of-generation tokens
   int32_t top_logprobs = 0;        // alternatives per token to report (0..kMaxTopLogprobs)
   bool logprobs = false;           // report the chosen token's logprob
+  bool speculative = true;         // may use the engine's proposers (when it has any)
 };
 constexpr int32_t kMaxTopLogprobs = 20;
 constexpr int kMaxParallel = 256;
@@ -105,6 +113,8 @@ struct Usage {
   int64_t completion_tokens = 0;      // tokens emitted to the client
   int32_t preemptions = 0;            // times this request was preempted and recomputed
   int32_t kv_pages = 0;               // KV pages its sequence held at the end (shared ones too)
+  // Speculative decoding: tokens drafted and accepted, verify steps.
+  int64_t spec_drafted = 0, spec_accepted = 0, spec_steps = 0;
 };
 
 struct Event {
@@ -160,6 +170,9 @@ struct EngineStats {
   uint64_t prompt_tokens_computed = 0;  // of those, computed (the rest came from the prefix cache)
   uint64_t prefix_cache_hits = 0;     // requests that reused at least one cached page
   uint64_t state_snapshots_saved = 0;  // hybrid models: recurrent states saved for reuse
+  uint64_t spec_draft_tokens = 0;      // speculative decoding: tokens drafted and verified
+  uint64_t spec_accepted_tokens = 0;   // of those, accepted
+  uint64_t spec_steps = 0;             // verify steps (decode steps that carried a draft)
   uint64_t generated_tokens = 0;      // tokens emitted to clients
   uint64_t preemptions = 0;
   uint64_t steps = 0;

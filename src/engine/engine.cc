@@ -38,8 +38,12 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(e->model_->file()));
   e->tok_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
 
-  // Hybrid models: one recurrent-state slot per running sequence.
-  kv::KvGeometry g = e->model_->kv_geometry(c.k_type, c.v_type, c.page_tokens, c.n_parallel);
+  SUSTAIN_TRY(spec::validate(c.spec));
+  // Hybrid models: one recurrent-state slot per running sequence, and with
+  // speculation one more each for the state before a verify step.
+  const bool spec_on = c.spec.enabled() || c.extra_proposer;
+  const int slots = c.n_parallel * (spec_on ? 2 : 1);
+  kv::KvGeometry g = e->model_->kv_geometry(c.k_type, c.v_type, c.page_tokens, slots);
   g.tiled = c.kv_tiled;
   SUSTAIN_TRY(kv::validate(g));
   int64_t pool_tokens = c.kv_tokens > 0 ? c.kv_tokens : c.n_ctx * c.n_parallel;

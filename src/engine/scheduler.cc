@@ -43,7 +43,12 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
   s->pool = std::make_unique<ThreadPool>(c.n_threads > 0 ? c.n_threads
                                                          : ThreadPool::hardware_threads());
   s->ws = e.model_->make_workspace(std::min(c.batch_tokens, c.ubatch_tokens), s->pool->size());
-  s->logits.resize(static_cast<size_t>(c.n_parallel) * e.model_->config().n_vocab);
+  SUSTAIN_ASSIGN_OR_RETURN(auto configured, spec::make_proposers(c.spec));
+  if (c.extra_proposer) s->proposers.push_back(c.extra_proposer);
+  for (auto& p : configured) s->proposers.push_back(std::move(p));
+  // A verify step wants logits for the last token and every draft.
+  const int rows_per_seq = 1 + (s->proposers.empty() ? 0 : c.spec.draft_max);
+  s->logits.resize(static_cast<size_t>(c.n_parallel) * rows_per_seq * e.model_->config().n_vocab);
   s->st.ttft = make_histogram({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300});
   s->st.tpot = make_histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
   s->st.e2e = make_histogram({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600});
@@ -153,6 +158,9 @@ void Scheduler::finish(Seq& s, Finish f, Status err) {
   e.usage.cached_prompt_tokens = s.cached_prompt;
   e.usage.completion_tokens = s.n_generated;
   e.usage.preemptions = s.preemptions;
+  e.usage.spec_drafted = s.spec_drafted;
+  e.usage.spec_accepted = s.spec_accepted;
+  e.usage.spec_steps = s.spec_steps;
   e.t_submit = s.st->t_submit;
   e.t_start = s.admitted_once ? s.t_start : s.st->t_submit;
   e.t_end = Clock::now();
@@ -241,6 +249,62 @@ int64_t Scheduler::next_snapshot(const Seq& s) const {
   return std::min(last, (s.n_computed / iv + 1) * iv);
 }
 
+void Scheduler::propose(Seq& s, int64_t budget) {
+  if (proposers.empty() || !s.st->req.speculative) return;
+  const spec::Config& c = cfg().spec;
+  const int64_t n_tok = static_cast<int64_t>(s.tokens.size());
+  // Never draft past max_tokens or the context (the last emitted token
+  // needs no draft after it), nor past the step's token budget.
+  const int64_t k = std::min<int64_t>({c.draft_max, budget, s.max_new - s.n_generated - 1,
+                                       cfg().n_ctx - n_tok - 1});
+  if (k < c.draft_min) return;
+  for (auto& p : proposers) {
+    p->propose(s.tokens, static_cast<int>(k), s.draft);
+    if (!s.draft.empty()) break;
+  }
+  if (static_cast<int64_t>(s.draft.size()) < c.draft_min) s.draft.clear();
+}
+
+// The forward ran over [last, d_1..d_k] with logits rows 0..k. Row r is
+// sampled exactly as a non-speculative step would; while the sample equals
+// d_{r+1} the draft's K/V stays valid and the next row is sampled too; the
+// first disagreement (or the bonus row k) ends the step. Rejected positions
+// leave the page table; a hybrid's state goes back to before the step and
+// re-absorbs only the accepted tokens.
+void Scheduler::verify(Seq& s, const float* rows, int32_t backup) {
+  const int64_t n_vocab = engine.model_->config().n_vocab;
+  const int64_t base = s.n_computed, k = static_cast<int64_t>(s.draft.size());
+  s.n_computed = base + 1;  // the last token's K/V is in
+  int64_t accepted = 0;
+  for (int64_t r = 0; r <= k; ++r) {
+    sample_and_emit(s, rows + r * n_vocab);
+    if (s.done) break;
+    if (r == k || s.tokens.back() != s.draft[static_cast<size_t>(r)]) break;
+    ++s.n_computed;
+    ++accepted;
+  }
+  ++s.spec_steps;
+  s.spec_drafted += k;
+  s.spec_accepted += accepted;
+  ++st.spec_steps;
+  st.spec_draft_tokens += static_cast<uint64_t>(k);
+  st.spec_accepted_tokens += static_cast<uint64_t>(accepted);
+  s.draft.clear();
+  if (!s.done) {
+    cache->truncate(s.table, s.n_computed);
+    if (backup >= 0 && accepted < k && s.table.state >= 0) {
+      cache->states().copy(backup, s.table.state);
+      Batch b;
+      b.seqs = {&s.table};
+      for (int64_t p = base; p < s.n_computed; ++p)
+        b.tokens.push_back({s.tokens[static_cast<size_t>(p)], 0, p, false});
+      Status r = engine.model_->forward(b, *cache, ws, *pool, nullptr);
+      if (!r.is_ok()) finish(s, Finish::kError, r);
+    }
+  }
+  if (backup >= 0) cache->states().free(backup);
+}
+
 void Scheduler::preempt(size_t i) {
   std::unique_ptr<Seq> s = std::move(running[i]);
   running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
@@ -327,9 +391,11 @@ bool Scheduler::step() {
   for (auto& s : running) s->step_tokens = 0;
   for (auto& s : running) {
     const int64_t tail = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
+    s->draft.clear();
     if (tail == 1 && budget > 0) {
-      s->step_tokens = 1;
-      --budget;
+      propose(*s, budget - 1);
+      s->step_tokens = 1 + static_cast<int64_t>(s->draft.size());
+      budget -= s->step_tokens;
     }
   }
   for (auto& s : running) {
@@ -357,6 +423,12 @@ bool Scheduler::step() {
   for (size_t i = 0; i < running.size(); ++i) {
     Seq* s = running[i].get();
     if (s->step_tokens == 0) continue;
+    // A draft never costs another sequence its pages: without room it is dropped.
+    if (!s->draft.empty() &&
+        cache->pages_needed(s->table, s->step_tokens) > cache->n_free_pages()) {
+      s->draft.clear();
+      s->step_tokens = 1;
+    }
     bool self = false;
     Status r = reserve_or_preempt(*s, s->step_tokens, &self);
     if (!r.is_ok()) {
@@ -384,15 +456,48 @@ bool Scheduler::step() {
       const int32_t si = static_cast<int32_t>(batch.seqs.size());
       batch.seqs.push_back(&s->table);
       const int64_t end = s->n_computed + s->step_tokens;
-      const bool completes = end == static_cast<int64_t>(s->tokens.size());
+      const int64_t n_tok = static_cast<int64_t>(s->tokens.size());
+      const bool completes = end >= n_tok;
+      // Drafts follow the sequence's last token; every one of them and the
+      // last token want logits (the verify rows).
       for (int64_t p = s->n_computed; p < end; ++p)
-        batch.tokens.push_back({s->tokens[static_cast<size_t>(p)], si, p, completes && p == end - 1});
+        batch.tokens.push_back({p < n_tok ? s->tokens[static_cast<size_t>(p)]
+                                          : s->draft[static_cast<size_t>(p - n_tok)],
+                                si, p, completes && p >= n_tok - 1});
     }
     return engine.model_->forward(batch, *cache, ws, *pool, logits.data());
   };
+  // Hybrid models: the recurrent state before each verify step, restored
+  // when a draft is rejected (a state cannot be truncated).
+  std::vector<int32_t> backups;
+  auto save_states = [&](const std::vector<Seq*>& seqs) {
+    backups.assign(seqs.size(), -1);
+    if (!cache->has_state()) return;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (seqs[i]->draft.empty() || seqs[i]->table.state < 0) continue;
+      backups[i] = cache->states().alloc();
+      if (backups[i] >= 0) {
+        cache->states().copy(seqs[i]->table.state, backups[i]);
+      } else {
+        // No slot (cannot happen with 2 per sequence): verify no draft.
+        seqs[i]->step_tokens = 1;
+        seqs[i]->draft.clear();
+        cache->truncate(seqs[i]->table, seqs[i]->n_computed + 1);
+      }
+    }
+  };
   auto after = [&](const std::vector<Seq*>& seqs) {
     size_t row = 0;
-    for (Seq* s : seqs) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Seq* s = seqs[i];
+      if (!s->draft.empty()) {
+        const size_t k = s->draft.size();
+        verify(*s, logits.data() + row * static_cast<size_t>(n_vocab), backups[i]);
+        row += k + 1;
+        s->step_tokens = 0;
+        continue;
+      }
+      if (backups[i] >= 0) cache->states().free(backups[i]);
       s->n_computed += s->step_tokens;
       if (s->snapshot_at > 0 && s->n_computed == s->snapshot_at) {
         if (prefix->save_state(s->table, s->tokens, s->snapshot_at)) ++st.state_snapshots_saved;
@@ -406,15 +511,32 @@ bool Scheduler::step() {
   auto fail = [&](const std::vector<Seq*>& seqs, const Status& err) {
     for (Seq* s : seqs) finish(*s, Finish::kError, err);
   };
+  auto release_backups = [&] {
+    for (int32_t b : backups)
+      if (b >= 0) cache->states().free(b);
+    backups.clear();
+  };
   if (cfg().deterministic) {
     for (Seq* s : plan) {
       std::vector<Seq*> one{s};
+      save_states(one);
       Status r = run_batch(one);
-      if (!r.is_ok()) fail(one, r); else after(one);
+      if (!r.is_ok()) {
+        release_backups();
+        fail(one, r);
+      } else {
+        after(one);
+      }
     }
   } else {
+    save_states(plan);
     Status r = run_batch(plan);
-    if (!r.is_ok()) fail(plan, r); else after(plan);
+    if (!r.is_ok()) {
+      release_backups();
+      fail(plan, r);
+    } else {
+      after(plan);
+    }
   }
   ++st.steps;
   // Drop the sequences that finished this step.

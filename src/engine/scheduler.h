@@ -15,6 +15,7 @@
 #include "engine/request_state.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
+#include "spec/proposer.h"
 
 namespace sustain::engine {
 
@@ -35,6 +36,10 @@ struct Seq {
   // for prefix reuse, 0 for none. Prefill chunks stop there so that the
   // state passes through it.
   int64_t snapshot_at = 0;
+  // Speculative decoding: this step's draft (verified after the forward),
+  // and the request's counts.
+  std::vector<int32_t> draft;
+  int64_t spec_drafted = 0, spec_accepted = 0, spec_steps = 0;
   int32_t preemptions = 0;
   Clock::time_point t_start, t_first_token;
   int64_t step_tokens = 0;      // tokens planned for the current step
@@ -67,6 +72,8 @@ struct Engine::Impl {
   void preempt(size_t running_index);
   void sample_and_emit(Seq& s, const float* row);
   int64_t next_snapshot(const Seq& s) const;
+  void propose(Seq& s, int64_t budget);
+  void verify(Seq& s, const float* rows, int32_t backup);
   void finish(Seq& s, Finish f, Status err = Status::ok());
   void publish_stats();
   void flush_finished();
@@ -77,6 +84,7 @@ struct Engine::Impl {
   std::unique_ptr<ThreadPool> pool;
   std::optional<kv::KvCache> cache;
   std::unique_ptr<kv::PrefixCache> prefix;
+  std::vector<std::shared_ptr<spec::Proposer>> proposers;
   Workspace ws;
   Batch batch;
   std::vector<float> logits;

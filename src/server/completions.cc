@@ -50,6 +50,10 @@ json usage_json(const Generation& g) {
             {"completion_tokens", g.completion_tokens()},
             {"total_tokens", g.prompt_tokens() + g.completion_tokens()}};
   u["prompt_tokens_details"] = {{"cached_tokens", g.cached_prompt_tokens()}};
+  if (g.spec_steps() > 0)
+    u["speculative"] = {{"drafted", g.spec_drafted()},
+                        {"accepted", g.spec_accepted()},
+                        {"steps", g.spec_steps()}};
   return u;
 }
 

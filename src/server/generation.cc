@@ -20,6 +20,7 @@ Status Generation::submit(const std::vector<int32_t>& prompt, int32_t max_tokens
     // reproducible and the choices differ from each other.
     er.sampling.seed = req_->sampling.seed + static_cast<uint64_t>(i);
     er.ignore_eos = req_->ignore_eos;
+    er.speculative = req_->speculative;
     er.logprobs = req_->logprobs;
     er.top_logprobs = req_->top_logprobs;
     auto s = engine_->submit(std::move(er));
@@ -69,6 +70,9 @@ void Generation::consume(int i, engine::Event& ev, ChoiceUpdate& u) {
     u.text += c.finish();
     finished_[i] = true;
     if (i == 0) cached_prompt_tokens_ = ev.usage.cached_prompt_tokens;
+    spec_drafted_ += ev.usage.spec_drafted;
+    spec_accepted_ += ev.usage.spec_accepted;
+    spec_steps_ += ev.usage.spec_steps;
     if (c.stopped()) {
       u.finish_reason = "stop";
     } else if (ev.finish == engine::Finish::kError) {

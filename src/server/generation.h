@@ -38,6 +38,10 @@ class Generation {
 
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t cached_prompt_tokens() const { return cached_prompt_tokens_; }
+  // Speculative decoding, summed over the choices.
+  int64_t spec_drafted() const { return spec_drafted_; }
+  int64_t spec_accepted() const { return spec_accepted_; }
+  int64_t spec_steps() const { return spec_steps_; }
   int64_t completion_tokens() const;
   int n() const { return static_cast<int>(choices_.size()); }
 
@@ -47,6 +51,7 @@ class Generation {
   engine::Engine* engine_;
   const CompletionRequest* req_;
   int64_t prompt_tokens_ = 0, cached_prompt_tokens_ = 0;
+  int64_t spec_drafted_ = 0, spec_accepted_ = 0, spec_steps_ = 0;
   std::vector<engine::Stream> streams_;
   std::vector<ChoiceText> choices_;
   std::vector<bool> finished_;

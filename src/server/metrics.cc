@@ -90,6 +90,13 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
   metric(out, "sustain_prefix_cache_hits_total", "counter",
          "requests that reused at least one cached prompt page",
          static_cast<double>(s->prefix_cache_hits));
+  metric(out, "sustain_spec_draft_tokens_total", "counter",
+         "speculative decoding: drafted tokens verified", static_cast<double>(s->spec_draft_tokens));
+  metric(out, "sustain_spec_accepted_tokens_total", "counter",
+         "speculative decoding: drafted tokens accepted",
+         static_cast<double>(s->spec_accepted_tokens));
+  metric(out, "sustain_spec_steps_total", "counter",
+         "speculative decoding: verify steps", static_cast<double>(s->spec_steps));
   metric(out, "sustain_preemptions_total", "counter",
          "times a running sequence was preempted for KV pages and recomputed later",
          static_cast<double>(s->preemptions));

@@ -50,6 +50,7 @@ struct CompletionRequest {
   int top_logprobs = 0;  // alternatives per token (0..engine::kMaxTopLogprobs)
   bool echo = false;
   bool ignore_eos = false;
+  bool speculative = true;  // "speculative": false opts out of the server's --spec
   // OpenAI's defaults: temperature 1, top_p 1, no top-k / min-p / penalties.
   sampling::SamplerConfig sampling = openai_sampling_defaults();
   bool has_seed = false;

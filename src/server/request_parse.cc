@@ -370,6 +370,7 @@ Expected<CompletionRequest> parse_request(std::string_view body, Endpoint endpoi
   }
   SUSTAIN_TRY(parse_logprobs(j, endpoint, r));
   SUSTAIN_TRY(get_bool(j, "ignore_eos", r.ignore_eos));
+  SUSTAIN_TRY(get_bool(j, "speculative", r.speculative));
 
   auto& s = r.sampling;
   SUSTAIN_TRY(get_float(j, "temperature", 0.0, 2.0, false, s.temperature));

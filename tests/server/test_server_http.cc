@@ -355,6 +355,33 @@ TEST(ServerHttp, LogitBiasSteersAndBadKeysAre400) {
   EXPECT_EQ(post(c, "/v1/completions", completion(prompt, 6)).body["choices"][0]["text"], plain);
 }
 
+// --spec ngram: the same greedy text as without it (a request may opt out
+// with "speculative": false), the drafts counted in usage and /metrics.
+TEST(ServerHttp, SpeculativeDecodingKeepsTheTextAndCountsDrafts) {
+  SUSTAIN_START_SERVER(srv, "-c 1024 -np 4 --spec ngram --draft-max 6");
+  auto c = srv->client();
+  // A prompt that repeats itself, so prompt lookup has something to draft.
+  std::string prompt;
+  for (int i = 0; i < 8; ++i) prompt += "the cat sat on the mat and ";
+  json plain = completion(prompt, 40);
+  plain["speculative"] = false;
+  Reply off = post(c, "/v1/completions", plain);
+  ASSERT_EQ(off.status, 200) << off.body.dump();
+  EXPECT_FALSE(off.body["usage"].contains("speculative"));
+  Reply on = post(c, "/v1/completions", completion(prompt, 40));
+  ASSERT_EQ(on.status, 200) << on.body.dump();
+  EXPECT_EQ(on.body["choices"][0]["text"], off.body["choices"][0]["text"]);
+  ASSERT_TRUE(on.body["usage"].contains("speculative")) << on.body.dump();
+  const json sp = on.body["usage"]["speculative"];
+  EXPECT_GT(sp["drafted"].get<int64_t>(), 0);
+  EXPECT_LE(sp["accepted"].get<int64_t>(), sp["drafted"].get<int64_t>());
+  const std::string m = metrics(c);
+  EXPECT_EQ(metric_value(m, "sustain_spec_draft_tokens_total"), sp["drafted"].get<double>());
+  EXPECT_EQ(metric_value(m, "sustain_spec_accepted_tokens_total"), sp["accepted"].get<double>());
+  Reply bad = post(c, "/v1/completions", json{{"prompt", "x"}, {"speculative", 3}});
+  EXPECT_EQ(bad.status, 400) << bad.body.dump();
+}
+
 TEST(ServerHttp, SixteenConcurrentClientsMatchAlone) {
   concurrent_clients_match_alone("-c 2048 -np 8 --max-queue 32", false);
 }

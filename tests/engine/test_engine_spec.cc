@@ -1,0 +1,310 @@
+// Speculative decoding in the engine (--spec ngram): the same tokens as
+// without it, at any temperature the same distribution, drafts accepted
+// where the output repeats the prompt, and nothing left behind by
+// rejections, cancellations or hybrid models' state rollbacks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <map>
+#include <span>
+
+#include "engine/api.h"
+#include "test_util.h"
+
+namespace sustain::engine {
+namespace {
+
+std::string ref_model(const char* name) { return test::ref_path(std::string("models/") + name); }
+
+EngineConfig config(const std::string& path, bool spec, int n_parallel = 1) {
+  EngineConfig c;
+  c.model_path = path;
+  c.n_threads = 2;
+  c.n_ctx = 1024;
+  c.n_parallel = n_parallel;
+  if (spec) {
+    c.spec.types = {"ngram"};
+    c.spec.draft_max = 8;
+  }
+  return c;
+}
+
+std::unique_ptr<Engine> make(const EngineConfig& c) {
+  auto e = Engine::create(c);
+  EXPECT_TRUE(e.has_value()) << e.status().message();
+  return e ? std::move(*e) : nullptr;
+}
+
+// A prompt that repeats itself, so the continuation often quotes it.
+std::vector<int32_t> repetitive(const Engine& e, uint32_t seed, int phrase_len = 12) {
+  std::vector<int32_t> p{1};
+  uint32_t x = seed;
+  std::vector<int32_t> phrase;
+  for (int i = 0; i < phrase_len; ++i) {
+    x = x * 1664525u + 1013904223u;
+    phrase.push_back(static_cast<int32_t>(3 + (x >> 8) % (e.model().config().n_vocab - 3)));
+  }
+  for (int r = 0; r < 72 / phrase_len; ++r) p.insert(p.end(), phrase.begin(), phrase.end());
+  return p;
+}
+
+Request greedy(std::vector<int32_t> prompt, int n) {
+  Request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = n;
+  r.ignore_eos = true;
+  r.top_logprobs = 2;
+  return r;
+}
+
+struct Out {
+  std::vector<int32_t> ids;
+  std::vector<float> gap;  // top-1 minus top-2 logprob at each token
+  Usage usage;
+};
+
+Out run(Engine& e, const Request& r) {
+  auto s = e.submit(r);
+  EXPECT_TRUE(s.has_value());
+  Event ev = s->wait();
+  EXPECT_EQ(ev.finish, Finish::kLength);
+  Out o;
+  for (const auto& t : ev.tokens) {
+    o.ids.push_back(t.id);
+    o.gap.push_back(t.top.size() >= 2 ? t.top[0].logprob - t.top[1].logprob : 1.0f);
+  }
+  o.usage = ev.usage;
+  return o;
+}
+
+// Greedy: identical tokens, up to the first near-tie of the plain run (a
+// verify step computes k+1 positions at once, whose float sums may differ
+// by an ulp from one position at a time; the trained and f32 llama models
+// are exact, hybrids' chunked delta rule is float noise).
+void expect_same_greedy(const char* model, int n_parallel) {
+  SCOPED_TRACE(model);
+  auto plain = make(config(ref_model(model), false, n_parallel));
+  auto spec = make(config(ref_model(model), true, n_parallel));
+  ASSERT_TRUE(plain && spec);
+  int64_t drafted = 0, accepted = 0;
+  std::vector<Request> reqs;
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) reqs.push_back(greedy(repetitive(*plain, seed), 48));
+  std::vector<Out> want;
+  for (const auto& r : reqs) want.push_back(run(*plain, r));
+  // Concurrently through the speculative engine.
+  std::vector<Stream> streams;
+  for (const auto& r : reqs) {
+    auto s = spec->submit(r);
+    ASSERT_TRUE(s.has_value());
+    streams.push_back(std::move(*s));
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Event ev = streams[i].wait();
+    ASSERT_EQ(ev.finish, Finish::kLength);
+    size_t n = 0;
+    while (n < want[i].ids.size() && want[i].gap[n] > 1e-3f) ++n;  // up to a near-tie
+    ASSERT_GE(ev.tokens.size(), n);
+    for (size_t t = 0; t < n; ++t) ASSERT_EQ(ev.tokens[t].id, want[i].ids[t]) << "req " << i << " token " << t;
+    drafted += ev.usage.spec_drafted;
+    accepted += ev.usage.spec_accepted;
+    EXPECT_LE(ev.usage.spec_accepted, ev.usage.spec_drafted);
+  }
+  const EngineStats st = spec->stats();
+  EXPECT_EQ(st.spec_draft_tokens, static_cast<uint64_t>(drafted));
+  EXPECT_EQ(st.spec_accepted_tokens, static_cast<uint64_t>(accepted));
+  EXPECT_GT(drafted, 0);
+  std::printf("[ measured ] %s: %lld drafted, %lld accepted (%.0f%%), %llu verify steps\n", model,
+              static_cast<long long>(drafted), static_cast<long long>(accepted),
+              drafted ? 100.0 * accepted / drafted : 0.0,
+              static_cast<unsigned long long>(st.spec_steps));
+  EXPECT_EQ(st.kv_pages_used, 0);
+}
+
+TEST(EngineSpec, GreedyTokensUnchangedOnATrainedModel) {
+  SUSTAIN_REQUIRE_REF();
+  expect_same_greedy("aidreams260K-f32.gguf", 1);
+  expect_same_greedy("aidreams260K-f32.gguf", 4);
+}
+
+TEST(EngineSpec, GreedyTokensUnchangedOnAHybridWithStateRollback) {
+  SUSTAIN_REQUIRE_REF();
+  expect_same_greedy("tiny-qwen35-f32.gguf", 4);
+}
+
+// At temperature 0.8 the first six tokens' joint distribution over many
+// seeds is the same with and without speculation (χ² over the most common
+// outcomes), so verification changes nothing a client can observe.
+TEST(EngineSpec, SamplingDistributionUnchanged) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string path = ref_model("aidreams260K-f32.gguf");
+  auto plain = make(config(path, false, 8));
+  auto spec = make(config(path, true, 8));
+  ASSERT_TRUE(plain && spec);
+  const auto prompt = repetitive(*plain, 9, 3);  // a 3-token cycle the model tends to continue
+  auto histogram = [&](Engine& e) {
+    std::map<std::vector<int32_t>, int> h;
+    const int n = 1500;
+    std::vector<Stream> streams;
+    for (int i = 0; i < n; ++i) {
+      Request r;
+      r.prompt = prompt;
+      r.max_tokens = 6;
+      r.ignore_eos = true;
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+      auto s = e.submit(r);
+      EXPECT_TRUE(s.has_value());
+      streams.push_back(std::move(*s));
+      if (streams.size() == 64 || i + 1 == n) {
+        for (auto& st : streams) {
+          Event ev = st.wait();
+          std::vector<int32_t> k;
+          for (const auto& t : ev.tokens) k.push_back(t.id);
+          ++h[k];
+        }
+        streams.clear();
+      }
+    }
+    return h;
+  };
+  auto a = histogram(*plain), b = histogram(*spec);
+  // Same seeds, same sampler: the draws are the same draws, so beyond the
+  // χ² bound the histograms must agree nearly exactly.
+  double chi2 = 0;
+  int cells = 0;
+  for (const auto& [k, na] : a) {
+    const int nb = b.count(k) ? b[k] : 0;
+    if (na + nb < 10) continue;
+    chi2 += std::pow(na - nb, 2) / (na + nb);
+    ++cells;
+  }
+  std::printf("[ measured ] %zu distinct 6-token outcomes, chi2 %.2f over %d cells; %llu drafted, "
+              "%llu accepted\n",
+              a.size(), chi2, cells, static_cast<unsigned long long>(spec->stats().spec_draft_tokens),
+              static_cast<unsigned long long>(spec->stats().spec_accepted_tokens));
+  EXPECT_GT(spec->stats().spec_draft_tokens, 0u);
+  // χ² critical value at p = 0.01 for `cells` - 1 degrees of freedom, roughly
+  // dof + 2.33 sqrt(2 dof) + 2.
+  const double dof = std::max(1, cells - 1);
+  EXPECT_LT(chi2, dof + 2.33 * std::sqrt(2 * dof) + 2);
+}
+
+// Drafts the known greedy continuation of a request, every `wrong`-th drafted
+// token replaced by another: partial acceptance on most steps, so rejected
+// positions and (for hybrids) state rollbacks happen all the time.
+class Oracle final : public spec::Proposer {
+ public:
+  Oracle(std::vector<std::vector<int32_t>> full, int wrong) : full_(std::move(full)), wrong_(wrong) {}
+  const char* name() const override { return "oracle (test)"; }
+  void propose(std::span<const int32_t> tokens, int k, std::vector<int32_t>& out) override {
+    for (const auto& f : full_) {
+      if (f.size() <= tokens.size() || !std::equal(tokens.begin(), tokens.end(), f.begin())) continue;
+      for (size_t i = tokens.size(); i < f.size() && static_cast<int>(out.size()) < k; ++i) {
+        const bool corrupt = ++n_ % wrong_ == 0;
+        out.push_back(corrupt ? (f[i] + 1) % 500 + 3 : f[i]);
+      }
+      return;
+    }
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> full_;
+  int wrong_;
+  int64_t n_ = 0;
+};
+
+// With an oracle that is right most of the time, most drafts are accepted
+// and the rest rolled back; the tokens are still the plain run's.
+TEST(EngineSpec, PartialAcceptanceRollsBackExactly) {
+  SUSTAIN_REQUIRE_REF();
+  for (const char* model : {"aidreams260K-f32.gguf", "tiny-qwen35-f32.gguf"}) {
+    SCOPED_TRACE(model);
+    auto plain = make(config(ref_model(model), false, 4));
+    ASSERT_TRUE(plain);
+    std::vector<Request> reqs;
+    std::vector<Out> want;
+    std::vector<std::vector<int32_t>> full;
+    for (uint32_t seed : {5u, 6u, 7u, 8u}) {
+      reqs.push_back(greedy(repetitive(*plain, seed), 40));
+      want.push_back(run(*plain, reqs.back()));
+      auto f = reqs.back().prompt;
+      f.insert(f.end(), want.back().ids.begin(), want.back().ids.end());
+      full.push_back(std::move(f));
+    }
+    EngineConfig c = config(ref_model(model), false, 4);
+    c.extra_proposer = std::make_shared<Oracle>(full, 5);
+    c.spec.draft_max = 6;
+    auto spec = make(c);
+    ASSERT_TRUE(spec);
+    std::vector<Stream> streams;
+    for (const auto& r : reqs) {
+      auto st = spec->submit(r);
+      ASSERT_TRUE(st.has_value());
+      streams.push_back(std::move(st).value());
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      Event ev = streams[i].wait();
+      ASSERT_EQ(ev.finish, Finish::kLength);
+      size_t n = 0;
+      while (n < want[i].ids.size() && want[i].gap[n] > 1e-3f) ++n;
+      for (size_t t = 0; t < n; ++t) ASSERT_EQ(ev.tokens[t].id, want[i].ids[t]) << "req " << i << " token " << t;
+    }
+    const EngineStats st = spec->stats();
+    std::printf("[ measured ] %s oracle (1 in 5 wrong): %llu drafted, %llu accepted, %llu steps for "
+                "160 tokens\n",
+                model, static_cast<unsigned long long>(st.spec_draft_tokens),
+                static_cast<unsigned long long>(st.spec_accepted_tokens),
+                static_cast<unsigned long long>(st.spec_steps));
+    // 1 drafted token in 5 is wrong and ends its chain: about a third accepted.
+    EXPECT_GT(st.spec_accepted_tokens, st.spec_draft_tokens / 4);
+    EXPECT_LT(st.spec_accepted_tokens, st.spec_draft_tokens);
+    EXPECT_LT(st.spec_steps, 160u / 2);  // fewer forward passes than tokens
+    EXPECT_EQ(st.kv_pages_used, 0);
+  }
+}
+
+TEST(EngineSpec, BadConfigurationIsRefused) {
+  SUSTAIN_REQUIRE_REF();
+  EngineConfig c = config(ref_model("aidreams260K-f32.gguf"), true);
+  c.spec.draft_max = 40;
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.status().message().find("--draft-max 40"), std::string::npos);
+  c.spec.draft_max = 4;
+  c.spec.types = {"mtp"};
+  e = Engine::create(c);
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.status().message().find("mtp"), std::string::npos);
+}
+
+// Cancelling mid-speculation and preemption under a small pool leave no page
+// or state slot behind.
+TEST(EngineSpec, CancellationAndPreemptionLeakNothing) {
+  SUSTAIN_REQUIRE_REF();
+  for (const char* model : {"aidreams260K-f32.gguf", "tiny-qwen35-f32.gguf"}) {
+    SCOPED_TRACE(model);
+    EngineConfig c = config(ref_model(model), true, 4);
+    c.n_ctx = 256;
+    c.kv_tokens = 384;
+    auto e = make(c);
+    ASSERT_TRUE(e);
+    std::vector<Stream> streams;
+    for (uint32_t i = 0; i < 24; ++i) {
+      Request r = greedy(repetitive(*e, 20 + i), 100);
+      r.top_logprobs = 0;
+      auto s = e->submit(r);
+      ASSERT_TRUE(s.has_value());
+      streams.push_back(std::move(*s));
+    }
+    for (size_t i = 0; i < streams.size(); i += 3) e->cancel(streams[i].id());
+    for (auto& s : streams) s.wait();
+    const EngineStats st = e->stats();
+    EXPECT_EQ(st.running, 0);
+    EXPECT_EQ(st.kv_pages_used, 0);
+    EXPECT_GT(st.spec_steps, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace sustain::engine
