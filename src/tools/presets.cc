@@ -118,6 +118,27 @@ SynthVocabSpec mistral_vocab() {
   return v;
 }
 
+// Gemma 3: SentencePiece with byte fallback; <pad> 0, <eos> 1, <bos> 2,
+// <unk> 3, <mask> 4, the turn markers at 105 and 106 (262144 tokens for the
+// 1B, 262208 with the image tokens for the multimodal sizes).
+SynthVocabSpec gemma3_vocab(uint32_t n_vocab) {
+  SynthVocabSpec v;
+  v.model = "llama";
+  v.n_vocab = n_vocab;
+  const char* named[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<mask>"};
+  uint32_t id = 0;
+  for (const char* s : named) v.specials.push_back({id++, s, true});
+  v.specials.push_back({105, "<start_of_turn>", true});
+  v.specials.push_back({106, "<end_of_turn>", true});
+  v.pad_id = 0;
+  v.eos_id = 1;
+  v.bos_id = 2;
+  v.unk_id = 3;
+  v.eot_id = 106;
+  v.add_bos = true;
+  return v;
+}
+
 // The 512-token SentencePiece layout of the shared tiny reference models.
 SynthVocabSpec tiny_spm_vocab() {
   SynthVocabSpec v;
@@ -160,6 +181,22 @@ std::vector<Preset> build_presets() {
     c.rope_sections[0] = (pairs + 2) / 3;
     c.rope_sections[1] = (pairs + 2) / 3;
     c.rope_sections[2] = pairs - 2 * ((pairs + 2) / 3);
+    return c;
+  };
+  // Gemma 3: 5 sliding-window blocks per global one, local RoPE base 1e4;
+  // the multimodal sizes scale the global RoPE linearly by 8
+  // (google/gemma-3-*'s config.json: sliding_window, sliding_window_pattern,
+  // rope_local_base_freq, rope_scaling).
+  auto gemma = [](ArchConfig c, uint32_t window, float linear) {
+    c.arch = Arch::kGemma3;
+    c.sliding_window = window;
+    c.sliding_window_pattern = 6;
+    c.rope_freq_base_swa = 10000.0f;
+    if (linear > 1.0f) {
+      c.rope_scaling = RopeScaling::kLinear;
+      c.rope_scale_factor = linear;
+      c.rope_orig_ctx = c.n_ctx_train;
+    }
     return c;
   };
   auto moe = [](ArchConfig c, uint32_t n_expert, uint32_t n_used, uint32_t n_ff_exp) {
@@ -219,6 +256,24 @@ std::vector<Preset> build_presets() {
                      1000000.0f, 1e-6f, false),
            128, 8, 768),
        qwen_vocab(true, 151936)});
+  // Gemma 3 1B (text only): 26 blocks, 4 query heads / 1 KV head of 256,
+  // window 512, no RoPE scaling. 4B and 27B: window 1024, RoPE ×8 on the
+  // global blocks; the 27B scales queries by n_embd / n_head (attn_params).
+  add({"gemma-3-1b", "google/gemma-3-1b-it",
+       gemma(make_arch(Arch::kGemma3, "Gemma 3 1B (synthetic)", 26, 1152, 6912, 4, 1, 256, 262144,
+                       32768, 1000000.0f, 1e-6f, true),
+             512, 1.0f),
+       gemma3_vocab(262144)});
+  add({"gemma-3-4b", "google/gemma-3-4b-it",
+       gemma(make_arch(Arch::kGemma3, "Gemma 3 4B (synthetic)", 34, 2560, 10240, 8, 4, 256, 262208,
+                       131072, 1000000.0f, 1e-6f, true),
+             1024, 8.0f),
+       gemma3_vocab(262208)});
+  add({"gemma-3-27b", "google/gemma-3-27b-it",
+       gemma(make_arch(Arch::kGemma3, "Gemma 3 27B (synthetic)", 62, 5376, 21504, 32, 16, 128,
+                       262208, 131072, 1000000.0f, 1e-6f, true),
+             1024, 8.0f),
+       gemma3_vocab(262208)});
   // Qwen 3.5 4B: 32 blocks (8 full attention), 16 query / 4 KV heads of 256,
   // DeltaNet 16 key / 32 value heads of 128, tied embeddings, one MTP block.
   add({"qwen3.5-4b", "Qwen/Qwen3.5-4B",

@@ -246,7 +246,8 @@ TEST(Presets, ParameterCountsMatchPublishedSizes) {
                         {"llama-3.2-1b", 1.236e9},  {"qwen3-4b", 4.022e9},
                         {"llama-3.1-8b", 8.030e9},  {"qwen2.5-7b", 7.616e9},
                         {"mistral-7b", 7.248e9},    {"qwen3-32b", 32.76e9},
-                        {"llama-3.1-70b", 70.55e9}, {"qwen3-30b-a3b", 30.53e9}};
+                        {"llama-3.1-70b", 70.55e9}, {"qwen3-30b-a3b", 30.53e9},
+                        {"gemma-3-1b", 999.9e6}};
   for (const auto& w : wants) {
     const auto* p = tools::find_preset(w.name);
     ASSERT_NE(p, nullptr) << w.name;
