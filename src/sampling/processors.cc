@@ -1,5 +1,7 @@
 #include "sampling/processors.h"
 
+#include "sampling/constraint.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -42,6 +44,23 @@ void logit_bias(Candidates& c, std::span<const LogitBias> biases) {
   SUSTAIN_CHECK(!c.sorted);
   for (const LogitBias& b : biases)
     if (b.id >= 0 && static_cast<size_t>(b.id) < c.size) c.data[b.id].logit += b.bias;
+}
+
+bool apply_mask(Candidates& c, std::span<const uint32_t> allowed) {
+  const size_t n_bits = allowed.size() * 32;
+  size_t kept = 0;
+  for (size_t i = 0; i < c.size; ++i) {
+    const auto id = static_cast<size_t>(c.data[i].id);
+    if (id < n_bits && ((allowed[id / 32] >> (id % 32)) & 1) != 0) ++kept;
+  }
+  if (kept == 0) return false;
+  kept = 0;
+  for (size_t i = 0; i < c.size; ++i) {
+    const auto id = static_cast<size_t>(c.data[i].id);
+    if (id < n_bits && ((allowed[id / 32] >> (id % 32)) & 1) != 0) c.data[kept++] = c.data[i];
+  }
+  c.size = kept;
+  return true;
 }
 
 void top_k(Candidates& c, int32_t k) {

@@ -62,6 +62,7 @@ Sampler::Sampler(const SamplerConfig& config)
       history_(config.repeat_last_n, config.repeat_penalty, config.frequency_penalty,
                config.presence_penalty) {
   SUSTAIN_CHECK(validate(config).is_ok());
+  if (config.constraint) constraint_ = config.constraint->start();
 }
 
 void Sampler::accept(int32_t token) {
@@ -75,6 +76,7 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   fill_candidates(c, buffer_.data(), logits, n_vocab);
   if (!config_.logit_bias.empty()) logit_bias(c, config_.logit_bias);
   history_.apply(c);
+  if (constraint_) apply_mask(c, constraint_->allowed());
 
   int32_t token;
   if (config_.temperature <= 0.0f) {
@@ -94,6 +96,7 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
     last_greedy_ = false;
   }
   history_.accept(token);
+  if (constraint_) constraint_->accept(token);
   return token;
 }
 

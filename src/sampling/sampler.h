@@ -11,10 +11,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "base/status.h"
+#include "sampling/constraint.h"
 #include "sampling/penalties.h"
 #include "sampling/processors.h"
 #include "sampling/rng.h"
@@ -37,6 +39,9 @@ struct SamplerConfig {
   // Used as given (0 is a seed like any other), so a request replays exactly;
   // a caller that wants fresh randomness draws a seed at the edge.
   uint64_t seed = 0;
+  // Which tokens may come next (a grammar or JSON schema), applied after
+  // logit bias and penalties; each Sampler starts its own state. Null = none.
+  std::shared_ptr<const ConstraintFactory> constraint;
 };
 
 constexpr float kMaxTemperature = 100.0f;
@@ -72,8 +77,8 @@ class Sampler {
   Sampler& operator=(const Sampler&) = delete;
 
   // Runs the chain on logits[0, n_vocab), draws a token with this request's
-  // RNG and records it in the penalty history. Allocates only on the first
-  // call (or when n_vocab grows). n_vocab must be > 0.
+  // RNG and records it in the penalty history (and the constraint, if any). Allocates only on the
+  // first call (or when n_vocab grows). n_vocab must be > 0.
   int32_t sample(const float* logits, int32_t n_vocab);
 
   // Records a token this sampler did not draw (prompt tokens, tokens forced
@@ -97,6 +102,7 @@ class Sampler {
   SamplerConfig config_;
   Rng rng_;
   PenaltyHistory history_;
+  std::unique_ptr<TokenConstraint> constraint_;
   std::vector<Candidate> buffer_;  // grows to n_vocab once, then reused
   Candidates live_;                // the last call's final candidates, in buffer_
   TokenProb last_{-1, 0.0f, 0.0f};

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sampling/constraint.h"
 #include "sampling/penalties.h"
 #include "sampling/processors.h"
 
@@ -72,6 +73,24 @@ TEST(LogitBias, AddsToTheNamedTokensOnly) {
   EXPECT_EQ(l.c.data[3].logit, -kInf);                     // a banned token stays banned
   EXPECT_EQ(l.ids(), (std::vector<int32_t>{0, 1, 2, 3}));  // order untouched
   EXPECT_FALSE(l.c.sorted);
+}
+
+TEST(ApplyMask, KeepsOnlyAllowedTokensEvenAtMinusInf) {
+  // 40 tokens; allowed: 3 (logit -inf) and 33; the best logit (token 0) is not.
+  std::vector<float> logits(40, 0.0f);
+  logits[0] = 100.0f;
+  logits[3] = -kInf;
+  List l(logits);
+  const uint32_t mask[] = {1u << 3, 1u << 1};
+  ASSERT_TRUE(apply_mask(l.c, mask));
+  EXPECT_EQ(l.ids(), (std::vector<int32_t>{3, 33}));
+  // Greedy picks an allowed token even though one allowed logit is -inf.
+  EXPECT_EQ(l.c.data[argmax(l.c)].id, 33);
+  // Ids past the mask's words are not allowed; nothing allowed leaves all.
+  List m(std::vector<float>(40, 1.0f));
+  const uint32_t only_high[] = {0};
+  EXPECT_FALSE(apply_mask(m.c, only_high));
+  EXPECT_EQ(m.c.size, 40u);
 }
 
 TEST(TopK, KeepsExactlyTheKHighestSorted) {
