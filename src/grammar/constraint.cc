@@ -1,0 +1,62 @@
+#include "grammar/constraint.h"
+
+namespace sustain::grammar {
+namespace {
+
+class State final : public sampling::TokenConstraint {
+ public:
+  State(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocab> vocab)
+      : matcher_(std::move(g)), masker_(vocab), vocab_(std::move(vocab)) {}
+
+  std::span<const uint32_t> allowed() override {
+    if (!ended_) return masker_.mask(matcher_);
+    // After the end (an end-of-generation token under ignore_eos, or a token
+    // the grammar did not take): only more ends.
+    if (end_only_.empty()) {
+      end_only_.assign((static_cast<size_t>(vocab_->n_vocab()) + 31) / 32, 0);
+      for (int32_t id : vocab_->eog()) end_only_[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
+    }
+    return end_only_;
+  }
+
+  void accept(int32_t token) override {
+    if (ended_) return;
+    if (token < 0 || token >= vocab_->n_vocab() || vocab_->is_eog(token) ||
+        !matcher_.advance(vocab_->piece(token)))
+      ended_ = true;
+  }
+
+ private:
+  Matcher matcher_;
+  TokenMasker masker_;
+  std::shared_ptr<const TokenVocab> vocab_;
+  bool ended_ = false;
+  TokenMask end_only_;
+};
+
+}  // namespace
+
+std::unique_ptr<sampling::TokenConstraint> GrammarConstraint::start() const {
+  return std::make_unique<State>(grammar_, vocab_);
+}
+
+Status GrammarConstraint::check_startable() const {
+  Matcher m(grammar_);
+  if (m.state().can_end) return Status::ok();
+  TokenMasker masker(vocab_);
+  const TokenMask& mask = masker.mask(m);
+  for (size_t w = 0; w < mask.size(); ++w) {
+    uint32_t bits = mask[w];
+    while (bits != 0) {
+      const int b = __builtin_ctz(bits);
+      bits &= bits - 1;
+      if (!vocab_->is_eog(static_cast<int32_t>(w * 32 + static_cast<size_t>(b))))
+        return Status::ok();
+    }
+  }
+  return Status(Code::kInvalidArgument,
+                "no token of this model's vocabulary can start the grammar (or it matches "
+                "nothing)");
+}
+
+}  // namespace sustain::grammar

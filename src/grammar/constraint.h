@@ -1,0 +1,32 @@
+// A Grammar as a sampling constraint: each request's Sampler gets its own
+// Matcher and mask cache; the grammar and the vocabulary's sorted token bytes
+// are shared.
+#pragma once
+
+#include <memory>
+
+#include "base/status.h"
+#include "grammar/grammar.h"
+#include "grammar/token_masks.h"
+#include "sampling/constraint.h"
+
+namespace sustain::grammar {
+
+class GrammarConstraint final : public sampling::ConstraintFactory {
+ public:
+  GrammarConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocab> vocab)
+      : grammar_(std::move(g)), vocab_(std::move(vocab)) {}
+
+  std::unique_ptr<sampling::TokenConstraint> start() const override;
+
+  // kInvalidArgument when no token of the vocabulary can begin a sentence of
+  // the grammar (and the empty sentence is not one): such a request could
+  // only stop at once.
+  Status check_startable() const;
+
+ private:
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const TokenVocab> vocab_;
+};
+
+}  // namespace sustain::grammar

@@ -1,0 +1,118 @@
+#include "grammar/token_masks.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "tokenizer/tokenizer.h"
+
+namespace sustain::grammar {
+
+TokenVocab::TokenVocab(std::vector<std::string> pieces, std::vector<int32_t> eog)
+    : pieces_(std::move(pieces)), eog_(std::move(eog)) {
+  std::sort(eog_.begin(), eog_.end());
+  eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
+  // An end-of-generation token is allowed by the grammar's end, never by
+  // its text.
+  for (int32_t id : eog_)
+    if (id >= 0 && id < n_vocab()) pieces_[static_cast<size_t>(id)].clear();
+  for (int32_t id = 0; id < n_vocab(); ++id)
+    if (!pieces_[static_cast<size_t>(id)].empty()) order_.push_back(id);
+  std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) {
+    const auto& pa = pieces_[static_cast<size_t>(a)];
+    const auto& pb = pieces_[static_cast<size_t>(b)];
+    return pa != pb ? pa < pb : a < b;
+  });
+  lcp_.assign(order_.size(), 0);
+  for (size_t i = 0; i < order_.size(); ++i) {
+    const auto& cur = pieces_[static_cast<size_t>(order_[i])];
+    max_len_ = std::max(max_len_, cur.size());
+    if (i == 0) continue;
+    const auto& prev = pieces_[static_cast<size_t>(order_[i - 1])];
+    const size_t n = std::min(prev.size(), cur.size());
+    size_t k = 0;
+    while (k < n && prev[k] == cur[k]) ++k;
+    lcp_[i] = static_cast<uint32_t>(k);
+  }
+}
+
+std::shared_ptr<const TokenVocab> TokenVocab::from_tokenizer(const tokenizer::Tokenizer& t) {
+  std::vector<std::string> pieces(static_cast<size_t>(t.n_vocab()));
+  std::vector<int32_t> eog;
+  for (int32_t id = 0; id < t.n_vocab(); ++id) {
+    if (t.is_eog(id)) {
+      eog.push_back(id);
+    } else {
+      pieces[static_cast<size_t>(id)] = t.token_to_piece(id, false);
+    }
+  }
+  return std::make_shared<const TokenVocab>(std::move(pieces), std::move(eog));
+}
+
+bool TokenVocab::is_eog(int32_t id) const {
+  return std::binary_search(eog_.begin(), eog_.end(), id);
+}
+
+size_t TokenMasker::KeyHash::operator()(const std::vector<uint32_t>& k) const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint32_t x : k) h = (h ^ x) * 0x100000001b3ull;
+  return static_cast<size_t>(h);
+}
+
+const TokenMask& TokenMasker::mask(Matcher& m) {
+  const MatchState& s = m.state();
+  key_.assign(s.tops.begin(), s.tops.end());
+  key_.push_back(s.can_end ? 1 : 0);  // keys of different states differ in length or content
+  if (auto it = cache_.find(key_); it != cache_.end()) {
+    ++stats_.cache_hits;
+    return it->second;
+  }
+  if (cache_.size() >= kMaxCached) cache_.clear();
+  ++stats_.computed;
+  TokenMask out;
+  compute(m, out);
+  return cache_.emplace(key_, std::move(out)).first->second;
+}
+
+void TokenMasker::compute(Matcher& m, TokenMask& out) {
+  const TokenVocab& v = *vocab_;
+  out.assign((static_cast<size_t>(v.n_vocab()) + 31) / 32, 0);
+  auto set = [&](int32_t id) { out[static_cast<size_t>(id) / 32] |= 1u << (id % 32); };
+  const size_t checkpoint = m.checkpoint();
+  levels_.resize(v.max_len_ + 1);
+  levels_[0] = m.state();
+  // levels_[0..valid] are the states after the first bytes of the last
+  // token walked; a token reuses those of the prefix it shares with it.
+  size_t valid = 0;
+  bool any = false;
+  const size_t n = v.order_.size();
+  for (size_t i = 0; i < n;) {
+    const int32_t id = v.order_[i];
+    const std::string& piece = v.pieces_[static_cast<size_t>(id)];
+    size_t k = std::min<size_t>(valid, v.lcp_[i]);
+    bool ok = true;
+    while (k < piece.size()) {
+      m.step(levels_[k], static_cast<uint8_t>(piece[k]), levels_[k + 1]);
+      ++k;
+      if (levels_[k].dead()) {
+        ok = false;
+        break;
+      }
+    }
+    valid = k;
+    ++i;
+    if (ok) {
+      set(id);
+      any = true;
+    } else {
+      // Every following token that starts with the same k bytes dies too.
+      while (i < n && v.lcp_[i] >= k) ++i;
+    }
+  }
+  m.rollback(checkpoint);
+  // At the grammar's end — or stuck, where no token fits (a grammar whose
+  // next byte no token starts with) — generation may only stop.
+  if (m.state().can_end || !any)
+    for (int32_t id : v.eog_) set(id);
+}
+
+}  // namespace sustain::grammar
