@@ -491,7 +491,8 @@ class Converter {
 
   // The content of a JSON string (unescaped characters only) that is none
   // of `names`: a trie of the names where each node may end (unless it is a
-  // name), take a child, or take any other character and then anything.
+  // name), take a child, or take any other character and then up to 31 more
+  // (extra keys are bounded, so a model cannot write one key forever).
   Expected<std::string> key_not_in(const std::vector<std::string>& names, const std::string& hint) {
     struct Node {
       std::map<uint32_t, size_t> next;
@@ -534,7 +535,7 @@ class Converter {
         alts.push_back(fmt::format("[{}] {}", gbnf_class_char(c), rule_names[child]));
         other += gbnf_class_char(c);
       }
-      alts.push_back(other + "] " + any + "*");
+      alts.push_back(other + "] " + any + "{0,31}");
       std::string body;
       for (size_t k = 0; k < alts.size(); ++k) body += (k ? " | " : "") + alts[k];
       rules_.push_back({rule_names[i], body});

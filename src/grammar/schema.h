@@ -12,7 +12,8 @@
 // silently dropped. The grammar is sound — everything it produces validates —
 // but may be narrower than the schema: properties come in the order the
 // schema lists them, extra properties only where additionalProperties allows
-// them (absent = none), numbers have at most 16 integer and 16 fraction
+// them (absent = none; their keys use no escapes and stay within about 32
+// characters beyond a declared name), numbers have at most 16 integer and 16 fraction
 // digits, and oneOf is generated as anyOf (so alternatives that overlap can
 // produce a value that matches two of them).
 #pragma once
