@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "grammar/constraint.h"
 #include "server/generation.h"
 #include "server/server_state.h"
 #include "server/sse.h"
@@ -82,6 +83,20 @@ Expected<std::vector<int32_t>> prompt_ids(ServerState& s, engine::Engine& e,
   if (!ids) return ids.status().with_context("prompt");
   if (ids->empty()) return Status(Code::kInvalidArgument, "'prompt' tokenizes to no tokens");
   return ids;
+}
+
+// Turns the request's grammar into the sampler's constraint; a 400 naming
+// the field when no token of this vocabulary can start it.
+Status attach_constraint(ServerState& s, engine::Engine& e, CompletionRequest& r) {
+  if (!r.grammar) return Status::ok();
+  std::call_once(s.grammar_vocab_once,
+                 [&] { s.grammar_vocab = grammar::TokenVocab::from_tokenizer(e.tokenizer()); });
+  auto c = std::make_shared<grammar::GrammarConstraint>(r.grammar, s.grammar_vocab);
+  if (Status st = c->check_startable(); !st)
+    return error(Code::kInvalidArgument, "'{}' cannot be used with this model: {}", r.grammar_param,
+                 st.message());
+  r.sampling.constraint = std::move(c);
+  return Status::ok();
 }
 
 json choice_json(const Job& job, int index, const std::string& text, const json& logprobs,
@@ -165,8 +180,9 @@ bool stream_step(ServerState& s, Job& job, httplib::DataSink& sink) {
   if (s.aborting.load()) {
     // The shutdown deadline passed: a final error event, then the end.
     job.gen->cancel();
-    const ApiError e = shutting_down("the server shut down before this stream finished; it was "
-                                     "cancelled");
+    const ApiError e = shutting_down(
+        "the server shut down before this stream finished; it was "
+        "cancelled");
     write("data: " + error_body(e) + "\n\n");
     job.finished_stream = true;
     sink.done();
@@ -270,6 +286,12 @@ void handle_completion(ServerState& s, const httplib::Request& req, httplib::Res
   auto ids = prompt_ids(s, *e, r);
   if (!ids) {
     send_error(s, res, error_from_status(ids.status()));
+    return;
+  }
+  if (Status st = attach_constraint(s, *e, r); !st) {
+    ApiError err = error_from_status(st);
+    err.param = r.grammar_param;
+    send_error(s, res, err);
     return;
   }
   const int64_t default_max =

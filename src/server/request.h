@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,10 @@
 
 #include "base/status.h"
 #include "engine/api.h"
+
+namespace sustain::grammar {
+struct Grammar;
+}
 
 namespace sustain::server {
 
@@ -54,6 +59,11 @@ struct CompletionRequest {
   // OpenAI's defaults: temperature 1, top_p 1, no top-k / min-p / penalties.
   sampling::SamplerConfig sampling = openai_sampling_defaults();
   bool has_seed = false;
+  // Structured output (structured.h): the grammar every choice must follow,
+  // null for none, and the field it came from ("response_format" or
+  // "grammar") for errors found with the model.
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::string grammar_param;
 
   static sampling::SamplerConfig openai_sampling_defaults() {
     sampling::SamplerConfig c;

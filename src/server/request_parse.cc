@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "server/structured.h"
+
 namespace sustain::server {
 namespace {
 
@@ -398,6 +400,7 @@ Expected<CompletionRequest> parse_request(std::string_view body, Endpoint endpoi
                                         : static_cast<uint64_t>(seed->get<int64_t>());
     r.has_seed = true;
   }
+  SUSTAIN_TRY(parse_structured_output(j, body, r));
   // The engine validates the sampler again at submit (sampling::validate);
   // the ranges above are OpenAI's, at least as strict as the sampler's.
   return r;

@@ -2,12 +2,15 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
 #include <httplib.h>
 
 #include "engine/api.h"
+#include "grammar/token_masks.h"
 #include "server/api_error.h"
 #include "server/chat.h"
 #include "server/metrics.h"
@@ -26,6 +29,10 @@ struct ServerState {
   // between their admission and the end of their response.
   std::atomic<bool> draining{false}, aborting{false};
   std::atomic<int> active{0};
+  // The vocabulary's token bytes sorted for grammar masks: built on the
+  // first constrained request (a 150K vocabulary takes a moment), then shared.
+  std::once_flag grammar_vocab_once;
+  std::shared_ptr<const grammar::TokenVocab> grammar_vocab;
 };
 
 // Holds one count of ServerState::active for as long as it lives.
