@@ -63,8 +63,13 @@ void Matcher::step(const MatchState& from, uint8_t b, MatchState& to) {
   for (uint32_t t : from.tops) {
     const Node n = nodes_[t];
     if (g.sets[g.code[n.pos].arg].has(b)) reach(n.pos + 1, n.parent, to);
+    if (to.tops.size() > 2 * kMaxStacks) break;  // duplicates are removed below
   }
   finish_state(to);
+  if (to.tops.size() > kMaxStacks) {
+    to.tops.clear();
+    to.can_end = false;
+  }
 }
 
 bool Matcher::advance(std::string_view bytes) {

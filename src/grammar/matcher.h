@@ -39,6 +39,14 @@ class Matcher {
   // Consumes bytes; all or nothing: false leaves the state as it was.
   bool advance(std::string_view bytes);
 
+  // A state may hold at most this many stacks. Ambiguous grammars can make
+  // their number grow exponentially with the input (s ::= "a" s "b" | "a" s
+  // "c" | ""), and the grammar is client input: a byte that would exceed the
+  // bound is refused like a byte the grammar does not allow, so the output
+  // stays a valid prefix and generation ends early instead of stalling the
+  // engine.
+  static constexpr size_t kMaxStacks = 4096;
+
   // The state after `from` and byte b (into `to`, reusing its storage).
   // Nodes made here stay until rollback(); the mask walk rolls back what it
   // explored, so only states the matcher really passed through keep ids.

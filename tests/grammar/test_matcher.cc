@@ -81,6 +81,22 @@ x ::= "a" | "a")");
   EXPECT_TRUE(m.state().can_end);
 }
 
+TEST(Matcher, ExponentiallyManyStacksAreRefusedNotFollowed) {
+  // After n 'a's there are 2^n different stacks (each a sequence of b/c
+  // still owed). Past the bound the next byte is refused rather than
+  // followed, so the work per byte stays bounded.
+  auto g = gbnf(R"(root ::= s
+s ::= "a" s "b" | "a" s "c" | "")");
+  Matcher m(g);
+  int taken = 0;
+  while (taken < 40 && m.advance("a")) ++taken;
+  EXPECT_GE(taken, 10);  // about 3 * 2^10 tops are still followed
+  EXPECT_LT(taken, 40);
+  EXPECT_LE(m.state().tops.size(), Matcher::kMaxStacks);
+  ASSERT_TRUE(m.advance(std::string(static_cast<size_t>(taken), 'b')));
+  EXPECT_TRUE(m.state().can_end);
+}
+
 TEST(Matcher, RollbackForgetsExploredNodes) {
   auto g = gbnf(R"(root ::= "{" ( [a-z] "x" )* "}")");
   Matcher m(g);
