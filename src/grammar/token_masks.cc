@@ -73,13 +73,30 @@ const TokenMask& TokenMasker::mask(Matcher& m) {
   return cache_.emplace(key_, std::move(out)).first->second;
 }
 
+uint32_t TokenMasker::intern(const MatchState& s) {
+  walk_key_.assign(s.tops.begin(), s.tops.end());
+  walk_key_.push_back(s.can_end ? 1 : 0);
+  auto [it, inserted] =
+      walk_index_.try_emplace(walk_key_, static_cast<uint32_t>(walk_states_.size()));
+  if (inserted) {
+    walk_states_.push_back(s);
+    walk_dead_.push_back(s.dead() ? 1 : 0);
+    trans_.resize(trans_.size() + 256, kUnknown);
+  }
+  return it->second;
+}
+
 void TokenMasker::compute(Matcher& m, TokenMask& out) {
   const TokenVocab& v = *vocab_;
   out.assign((static_cast<size_t>(v.n_vocab()) + 31) / 32, 0);
   auto set = [&](int32_t id) { out[static_cast<size_t>(id) / 32] |= 1u << (id % 32); };
   const size_t checkpoint = m.checkpoint();
-  levels_.resize(v.max_len_ + 1);
-  levels_[0] = m.state();
+  walk_states_.clear();
+  walk_dead_.clear();
+  walk_index_.clear();
+  trans_.clear();
+  levels_.assign(v.max_len_ + 1, 0);
+  levels_[0] = intern(m.state());
   // levels_[0..valid] are the states after the first bytes of the last
   // token walked; a token reuses those of the prefix it shares with it.
   size_t valid = 0;
@@ -91,9 +108,18 @@ void TokenMasker::compute(Matcher& m, TokenMask& out) {
     size_t k = std::min<size_t>(valid, v.lcp_[i]);
     bool ok = true;
     while (k < piece.size()) {
-      m.step(levels_[k], static_cast<uint8_t>(piece[k]), levels_[k + 1]);
-      ++k;
-      if (levels_[k].dead()) {
+      const uint32_t from = levels_[k];
+      const size_t slot = static_cast<size_t>(from) * 256 + static_cast<uint8_t>(piece[k]);
+      uint32_t to = trans_[slot];
+      ++stats_.transitions;
+      if (to == kUnknown) {
+        ++stats_.steps;
+        m.step(walk_states_[from], static_cast<uint8_t>(piece[k]), scratch_);
+        to = intern(scratch_);
+        trans_[slot] = to;
+      }
+      levels_[++k] = to;
+      if (walk_dead_[to] != 0) {
         ok = false;
         break;
       }

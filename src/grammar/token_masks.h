@@ -5,8 +5,12 @@
 // matcher state after each prefix byte and only steps through the bytes a
 // token does not share — the same work as walking a byte trie of the
 // vocabulary — and skips every token below a prefix the grammar rejects.
-// Masks are cached per state (the top-node ids are the key), and a JSON
-// generation revisits the same few states again and again.
+// Within one walk the states met are numbered and their transitions kept in
+// a table (a DFA built as the walk needs it), so a byte that leads back to a
+// state seen before — every character inside a JSON string, say — costs one
+// table read instead of a matcher step. Masks are cached per state (the
+// top-node ids are the key), and a JSON generation revisits the same few
+// states again and again.
 //
 // Token bytes are what the server sends for a token (token_to_piece without
 // control text), so byte-fallback tokens are single bytes and a character
@@ -58,6 +62,8 @@ inline bool mask_has(const TokenMask& m, int32_t id) {
 
 struct MaskStats {
   uint64_t computed = 0, cache_hits = 0;
+  uint64_t steps = 0;        // matcher steps taken by walks (new transitions)
+  uint64_t transitions = 0;  // bytes walked, steps plus table reads
 };
 
 class TokenMasker {
@@ -72,6 +78,7 @@ class TokenMasker {
 
  private:
   void compute(Matcher& m, TokenMask& out);
+  uint32_t intern(const MatchState& s);  // a walk state's number
 
   // Masks are a few KB each (n_vocab / 8 bytes); the cache is emptied when
   // it holds this many, which bounds a request's memory.
@@ -82,7 +89,16 @@ class TokenMasker {
   std::shared_ptr<const TokenVocab> vocab_;
   std::unordered_map<std::vector<uint32_t>, TokenMask, KeyHash> cache_;
   std::vector<uint32_t> key_;
-  std::vector<MatchState> levels_;
+  // The walk: state numbers after each byte of the current token, the
+  // states met (with whether each is dead) and their transitions.
+  static constexpr uint32_t kUnknown = UINT32_MAX;
+  std::vector<uint32_t> levels_;
+  std::vector<MatchState> walk_states_;
+  std::vector<uint8_t> walk_dead_;
+  std::unordered_map<std::vector<uint32_t>, uint32_t, KeyHash> walk_index_;
+  std::vector<uint32_t> trans_;  // [state * 256 + byte] → state, or kUnknown
+  std::vector<uint32_t> walk_key_;
+  MatchState scratch_;
   MaskStats stats_;
 };
 

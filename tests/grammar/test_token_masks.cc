@@ -119,6 +119,24 @@ TEST(TokenMasks, EndOfGenerationOnlyAtTheEnd) {
   EXPECT_EQ(masker.stats().computed, computed);
 }
 
+TEST(TokenMasks, WalkReadsKnownTransitionsFromTheTable) {
+  // Inside a string every plain character leads back to the same state, so
+  // a vocabulary of many long plain tokens needs only a few matcher steps:
+  // one per distinct (state, byte), not one per byte walked.
+  auto g = gbnf(json_value_gbnf());
+  std::vector<std::string> pieces;
+  for (int i = 0; i < 2000; ++i) pieces.push_back("w" + std::to_string(i * 7919) + "xyz");
+  pieces.push_back("\"");
+  auto vocab = std::make_shared<const TokenVocab>(pieces, std::vector<int32_t>{});
+  Matcher m(g);
+  ASSERT_TRUE(m.advance("\"abc"));
+  TokenMasker masker(vocab);
+  const TokenMask& mask = masker.mask(m);
+  for (int32_t id = 0; id < vocab->n_vocab(); ++id) EXPECT_TRUE(mask_has(mask, id)) << id;
+  EXPECT_GT(masker.stats().transitions, 10000u);
+  EXPECT_LT(masker.stats().steps, 40u);
+}
+
 TEST(GrammarConstraint, StartableAndSampling) {
   auto vocab = std::make_shared<const TokenVocab>(
       std::vector<std::string>{"x", "{", "}", "\"a\"", ":", "1", "<eos>", " "},
