@@ -12,6 +12,7 @@ Expected<ChatFormatter> ChatFormatter::create(std::string_view source, const std
   f.template_ = std::make_shared<const chat::ChatTemplate>(std::move(*t));
   f.bos_ = std::move(bos_token);
   f.eos_ = std::move(eos_token);
+  f.tool_syntax_ = detect_tool_syntax(source);
   return f;
 }
 

@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "server/request.h"
+#include "server/tool_calls.h"
 
 namespace sustain::chat {
 class ChatTemplate;
@@ -28,10 +29,14 @@ class ChatFormatter {
   // request's chat_template_kwargs and tools passed to the template).
   Expected<std::string> render(const CompletionRequest& r) const;
 
+  // How this template writes tool calls (kNone: not one sustain reads).
+  ToolSyntax tool_syntax() const { return tool_syntax_; }
+
  private:
   ChatFormatter() = default;
   std::shared_ptr<const chat::ChatTemplate> template_;
   std::string bos_, eos_;
+  ToolSyntax tool_syntax_ = ToolSyntax::kNone;
 };
 
 }  // namespace sustain::server

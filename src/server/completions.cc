@@ -3,6 +3,7 @@
 // events. The handler thread polls its streams every kPollInterval and checks
 // the socket, so a client that disconnects (mid-prefill or mid-stream) has
 // its requests cancelled within one poll plus one engine step.
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <random>
@@ -13,6 +14,7 @@
 #include "server/generation.h"
 #include "server/server_state.h"
 #include "server/sse.h"
+#include "server/tool_calls.h"
 
 namespace sustain::server {
 namespace {
@@ -32,6 +34,11 @@ struct Job {
   std::unique_ptr<Generation> gen;
   // Streaming state.
   std::vector<bool> role_sent;
+  // Tool calls are read from the text (kNone: no tools, or tool_choice none);
+  // streaming holds back what may be a call until the choice ends.
+  ToolSyntax tools = ToolSyntax::kNone;
+  std::vector<std::string> tool_text;
+  std::vector<size_t> tool_sent;
   std::vector<int64_t> lp_offset;
   bool finished_stream = false;
   int socket = -1;  // the client's connection, polled for a disconnect
@@ -99,10 +106,63 @@ Status attach_constraint(ServerState& s, engine::Engine& e, CompletionRequest& r
   return Status::ok();
 }
 
+std::string call_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("call_{:016x}", rng());
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  json a = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", call_id()},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) c["index"] = i;
+    a.push_back(std::move(c));
+  }
+  return a;
+}
+
+// The forced-call grammar for tool_choice "required" or a named function,
+// and which call format to read back; a 400 when the template has none.
+Status prepare_tools(ServerState& s, Job& job) {
+  CompletionRequest& r = job.req;
+  if (r.endpoint != Endpoint::kChat || r.tools.is_null() || r.tool_choice.mode == ToolChoice::kNone)
+    return Status::ok();
+  const ToolSyntax syntax = s.chat ? s.chat->tool_syntax() : ToolSyntax::kNone;
+  const bool forced =
+      r.tool_choice.mode == ToolChoice::kRequired || r.tool_choice.mode == ToolChoice::kNamed;
+  if (forced) {
+    if (syntax == ToolSyntax::kNone)
+      return Status(Code::kInvalidArgument,
+                    "'tool_choice' forces a call, but this model's chat template writes tool "
+                    "calls in a format this server does not know (Hermes/Qwen <tool_call> and "
+                    "Llama 3 JSON are supported)");
+    if (r.grammar)
+      return Status(Code::kInvalidArgument,
+                    "'tool_choice' forcing a call cannot be combined with 'response_format' or "
+                    "'grammar'");
+    SUSTAIN_ASSIGN_OR_RETURN(r.grammar, forced_call_grammar(syntax, r.tools, r.tool_choice));
+    r.grammar_param = "tool_choice";
+  }
+  job.tools = syntax;
+  return Status::ok();
+}
+
 json choice_json(const Job& job, int index, const std::string& text, const json& logprobs,
                  const char* finish) {
   json c = {{"index", index}};
-  if (job.req.endpoint == Endpoint::kChat) {
+  if (job.req.endpoint == Endpoint::kChat && job.tools != ToolSyntax::kNone) {
+    const ToolReply rep = parse_tool_calls(job.tools, text);
+    const bool calls = !rep.calls.empty();
+    const size_t a = rep.content.find_first_not_of(" \t\r\n");
+    c["message"] = {{"role", "assistant"},
+                    {"content", calls && a == std::string::npos ? json() : json(rep.content)}};
+    if (calls) {
+      c["message"]["tool_calls"] = tool_calls_json(rep.calls, false);
+      if (finish != nullptr && std::string(finish) == "stop") finish = "tool_calls";
+    }
+  } else if (job.req.endpoint == Endpoint::kChat) {
     c["message"] = {{"role", "assistant"}, {"content", text}};
   } else {
     c["text"] = text;
@@ -197,13 +257,14 @@ bool stream_step(ServerState& s, Job& job, httplib::DataSink& sink) {
     if (u.text.empty() && u.logprobs.empty() && u.finish_reason == nullptr && !first) return;
     // A finish with text: the text first, then an empty delta carrying the reason.
     auto chunk = [&](const std::string& text, const std::vector<TokenLogprobEntry>& lps,
-                     const char* finish, bool role) {
+                     const char* finish, bool role, const json* tool_calls = nullptr) {
       json c = envelope(job, true);
       json choice = {{"index", u.index}};
       if (chat) {
         json delta = json::object();
         if (role) delta["role"] = "assistant";
         if (!text.empty() || role) delta["content"] = text;
+        if (tool_calls != nullptr) delta["tool_calls"] = *tool_calls;
         choice["delta"] = delta;
       } else {
         choice["text"] = text;
@@ -221,8 +282,29 @@ bool stream_step(ServerState& s, Job& job, httplib::DataSink& sink) {
       job.role_sent[u.index] = true;
       chunk("", {}, nullptr, true);
     }
+    const char* finish = u.finish_reason;
+    json calls;
+    if (chat && job.tools != ToolSyntax::kNone) {
+      // Send only what cannot be part of a call; at the end, the rest of the
+      // content and the calls.
+      std::string& acc = job.tool_text[u.index];
+      size_t& sent = job.tool_sent[u.index];
+      acc += u.text;
+      const size_t n = streamable_prefix(job.tools, acc);
+      u.text = n > sent ? acc.substr(sent, n - sent) : "";
+      sent = std::max(sent, n);
+      if (finish != nullptr) {
+        const ToolReply rep = parse_tool_calls(job.tools, acc);
+        if (rep.content.size() > sent) u.text += rep.content.substr(sent);
+        if (!rep.calls.empty()) {
+          calls = tool_calls_json(rep.calls, true);
+          if (std::string(finish) == "stop") finish = "tool_calls";
+        }
+      }
+    }
     if (!u.text.empty() || !u.logprobs.empty()) chunk(u.text, u.logprobs, nullptr, false);
-    if (u.finish_reason != nullptr) chunk("", {}, u.finish_reason, false);
+    if (!calls.is_null()) chunk("", {}, nullptr, false, &calls);
+    if (finish != nullptr) chunk("", {}, finish, false);
   });
   if (!out.empty()) ok = write(out);
   if (ok && !failed.is_ok()) {
@@ -288,6 +370,10 @@ void handle_completion(ServerState& s, const httplib::Request& req, httplib::Res
     send_error(s, res, error_from_status(ids.status()));
     return;
   }
+  if (Status st = prepare_tools(s, *job); !st) {
+    send_error(s, res, error_from_status(st));
+    return;
+  }
   if (Status st = attach_constraint(s, *e, r); !st) {
     ApiError err = error_from_status(st);
     err.param = r.grammar_param;
@@ -318,6 +404,8 @@ void handle_completion(ServerState& s, const httplib::Request& req, httplib::Res
     return;
   }
   job->role_sent.assign(r.n, false);
+  job->tool_text.assign(r.n, "");
+  job->tool_sent.assign(r.n, 0);
   job->lp_offset.assign(r.n, 0);
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");

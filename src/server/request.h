@@ -34,6 +34,13 @@ struct RequestLimits {
   size_t max_messages = 4096;   // chat messages per request
 };
 
+// tool_choice (tool_calls.h): kAuto unless the client says otherwise.
+struct ToolChoice {
+  enum Mode { kAuto, kNone, kRequired, kNamed };
+  Mode mode = kAuto;
+  std::string name;  // kNamed
+};
+
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
@@ -43,8 +50,9 @@ struct CompletionRequest {
   std::vector<int32_t> prompt_ids;
   // /v1/chat/completions, in the request's key order (templates that print
   // tool schemas with tojson show it, as Python's Jinja does).
-  nlohmann::ordered_json messages;              // array of message objects
-  nlohmann::ordered_json tools;                 // null when absent
+  nlohmann::ordered_json messages;  // array of message objects
+  nlohmann::ordered_json tools;     // null when absent
+  ToolChoice tool_choice;
   nlohmann::ordered_json chat_template_kwargs;  // object, or null when absent
   std::optional<int64_t> max_tokens;            // max_tokens / max_completion_tokens
   int n = 1;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "server/structured.h"
+#include "server/tool_calls.h"
 
 namespace sustain::server {
 namespace {
@@ -333,6 +334,7 @@ Expected<CompletionRequest> parse_request(std::string_view body, Endpoint endpoi
     SUSTAIN_TRY(get_int(j, "best_of", 1, 1, best_of));
   } else {
     SUSTAIN_TRY(parse_messages(j, body, lim, r));
+    SUSTAIN_TRY(parse_tool_choice(j, r));
   }
 
   const int64_t kMaxTokensField = std::numeric_limits<int32_t>::max();
