@@ -82,7 +82,7 @@ class TokenMasker {
 
   // Masks are a few KB each (n_vocab / 8 bytes); the cache is emptied when
   // it holds this many, which bounds a request's memory.
-  static constexpr size_t kMaxCached = 1024;
+  static constexpr size_t kMaxCached = 256;
   struct KeyHash {
     size_t operator()(const std::vector<uint32_t>& k) const;
   };
