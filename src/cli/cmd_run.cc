@@ -6,7 +6,11 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/file_io.h"
 #include "cli/model_session.h"
+#include "grammar/constraint.h"
+#include "grammar/gbnf.h"
+#include "grammar/schema.h"
 #include "sampling/sampler.h"
 
 namespace sustain::cli {
@@ -17,7 +21,38 @@ struct RunArgs {
   int64_t n_predict = 128;
   sampling::SamplerConfig sc;
   bool ignore_eos = false;
+  // Structured output (docs/structured_output.md): at most one of these.
+  std::string grammar, grammar_file, json_schema, json_schema_file;
 };
+
+// The grammar the flags ask for, or null for none.
+Expected<std::shared_ptr<const grammar::Grammar>> constraint_grammar(const RunArgs& a) {
+  const int given = !a.grammar.empty() + !a.grammar_file.empty() + !a.json_schema.empty() +
+                    !a.json_schema_file.empty();
+  if (given == 0) return std::shared_ptr<const grammar::Grammar>();
+  if (given > 1)
+    return Status(Code::kInvalidArgument,
+                  "--grammar, --grammar-file, --json-schema and --json-schema-file exclude each "
+                  "other");
+  std::string text = !a.grammar.empty() ? a.grammar : a.json_schema;
+  if (!a.grammar_file.empty()) {
+    SUSTAIN_ASSIGN_OR_RETURN(text, read_text_file(a.grammar_file, "grammar"));
+  }
+  if (!a.json_schema_file.empty()) {
+    SUSTAIN_ASSIGN_OR_RETURN(text, read_text_file(a.json_schema_file, "JSON schema"));
+  }
+  Expected<grammar::Grammar> g = Status(Code::kInternal, "unset");
+  if (!a.grammar.empty() || !a.grammar_file.empty()) {
+    g = grammar::parse_gbnf(text);
+  } else {
+    auto j = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (j.is_discarded())
+      return Status(Code::kInvalidArgument, "--json-schema: the schema is not valid JSON");
+    g = grammar::compile_json_schema(j);
+  }
+  if (!g) return g.status();
+  return std::make_shared<const grammar::Grammar>(std::move(*g));
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -26,9 +61,17 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 int run_run(RunArgs a) {
   Status valid = sampling::validate(a.sc);
   if (!valid) return fail(valid.message());
+  auto g = constraint_grammar(a);
+  if (!g) return fail(g.status().message());
   auto s = open_session(a.m, true);
   if (!s) return fail(s.status().message());
   Session& sess = **s;
+  if (*g) {
+    auto c = std::make_shared<grammar::GrammarConstraint>(
+        *g, grammar::TokenVocab::from_tokenizer(*sess.tok));
+    if (Status st = c->check_startable(); !st) return fail(st.message());
+    a.sc.constraint = std::move(c);
+  }
   // The prompt must leave room for at least one generated token.
   auto ids = tokenize_prompt(sess, a.m, 1);
   if (!ids) return fail(ids.status().message());
@@ -85,7 +128,8 @@ Runner add_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   auto* sub = app.add_subcommand("run", "Generate text from a prompt, streamed to stdout");
   add_model_flags(sub, a->m, true, true);
-  sub->add_option("-n,--n-predict", a->n_predict, "tokens to generate (-1: until the context is full)")
+  sub->add_option("-n,--n-predict", a->n_predict,
+                  "tokens to generate (-1: until the context is full)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 24));
   sub->add_option("--temp", a->sc.temperature, "temperature (0 = greedy)")->capture_default_str();
@@ -100,6 +144,10 @@ Runner add_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("-s,--seed", a->sc.seed, "sampling seed")->capture_default_str();
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
+  sub->add_option("--grammar", a->grammar, "constrain the output to this GBNF grammar");
+  sub->add_option("--grammar-file", a->grammar_file, "... read from a file");
+  sub->add_option("-j,--json-schema", a->json_schema, "constrain the output to this JSON schema");
+  sub->add_option("--json-schema-file", a->json_schema_file, "... read from a file");
   return [a] { return run_run(*a); };
 }
 

@@ -170,7 +170,9 @@ TEST(GrammarConstraint, StartableAndSampling) {
       ended = t == 6;
       if (!ended) text += vocab->piece(t);
     }
-    if (temp == 0.0f) EXPECT_TRUE(ended);
+    if (temp == 0.0f) {
+      EXPECT_TRUE(ended);
+    }
     // Ended: a whole object; cut off at 50 tokens: the start of one.
     EXPECT_TRUE(ended ? test::accepts(obj, text) : test::prefix_ok(obj, text)) << text;
   }

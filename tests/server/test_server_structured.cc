@@ -132,7 +132,9 @@ TEST(ServerStructured, BadConstraintsAre400NamingTheProblem) {
     EXPECT_EQ(r.body["error"]["type"], "invalid_request_error");
     EXPECT_NE(r.body["error"]["message"].get<std::string>().find(needle), std::string::npos)
         << r.body.dump();
-    if (!param.empty()) EXPECT_EQ(r.body["error"]["param"], param);
+    if (!param.empty()) {
+      EXPECT_EQ(r.body["error"]["param"], param);
+    }
   };
   json chat = chat_body(json(), 0.0f);
   chat["response_format"] = {
@@ -206,8 +208,9 @@ void check_forced_tool_calls(ServeProcess& srv) {
       ASSERT_EQ(ch["message"]["tool_calls"].size(), 1u) << ch.dump();
       EXPECT_TRUE(ch["message"]["content"].is_null()) << ch.dump();
       expect_valid_call(ch["message"]["tool_calls"][0]);
-      if (choice.is_object())
+      if (choice.is_object()) {
         EXPECT_EQ(ch["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+      }
     }
   }
   body["stream"] = true;
@@ -224,8 +227,9 @@ void check_forced_tool_calls(ServeProcess& srv) {
           ++calls;
         }
       }
-      if (ch["delta"].contains("content"))
+      if (ch["delta"].contains("content")) {
         EXPECT_EQ(ch["delta"]["content"], "") << "a forced call streams no content";
+      }
       if (ch["finish_reason"] == "tool_calls") ++finishes;
     }
   EXPECT_EQ(calls, 3);
@@ -245,7 +249,9 @@ void check_forced_tool_calls(ServeProcess& srv) {
     for (const auto& ch : e.value("choices", json::array()))
       if (ch["delta"].contains("content")) streamed += ch["delta"]["content"].get<std::string>();
   const json& msg = ab.body["choices"][0]["message"];
-  if (!msg.contains("tool_calls")) EXPECT_EQ(streamed, msg["content"].get<std::string>());
+  if (!msg.contains("tool_calls")) {
+    EXPECT_EQ(streamed, msg["content"].get<std::string>());
+  }
   body["n"] = 3;
   // tool_choice none: no calls are read, the text is content.
   body["stream"] = false;
