@@ -1,5 +1,6 @@
 // The official `openai` npm client against `sustain serve`: completions,
-// chat and streaming (openai_client.mjs under node). Skipped, not passed,
+// chat and streaming (openai_client.mjs under node), structured output and
+// tool calls (openai_structured.mjs). Skipped, not passed,
 // when node or the package is missing (scripts/setup_npm.sh installs it).
 #include <gtest/gtest.h>
 
@@ -7,6 +8,7 @@
 #include <filesystem>
 
 #include "server/serve_process.h"
+#include "tools/chat_templates.h"
 
 namespace sustain::test {
 namespace {
@@ -62,6 +64,71 @@ TEST(ServerNpm, OfficialOpenAiClient) {
                     "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(json::parse(res->body)["choices"][0]["text"], r["completion"]["text"]);
+}
+
+// The city schema of openai_structured.mjs, checked by hand.
+void expect_city(const std::string& text) {
+  json v;
+  ASSERT_NO_THROW(v = json::parse(text)) << text;
+  ASSERT_TRUE(v.is_object()) << text;
+  ASSERT_TRUE(v.contains("city") && v["city"].is_string()) << text;
+  ASSERT_TRUE(v.contains("population") && v["population"].is_number_integer()) << text;
+  EXPECT_GE(v["population"].get<int64_t>(), 0);
+  for (const auto& [k, x] : v.items()) EXPECT_TRUE(k == "city" || k == "population" || k == "tags");
+  if (v.contains("tags")) {
+    ASSERT_TRUE(v["tags"].is_array());
+    EXPECT_LE(v["tags"].size(), 3u);
+    for (const auto& t : v["tags"]) EXPECT_TRUE(t == "old" || t == "big" || t == "cold") << text;
+  }
+}
+
+void expect_weather_call(const std::string& name, const std::string& arguments) {
+  EXPECT_EQ(name, "get_weather");
+  json a;
+  ASSERT_NO_THROW(a = json::parse(arguments)) << arguments;
+  ASSERT_TRUE(a.is_object() && a.size() == 2) << arguments;
+  ASSERT_TRUE(a["city"].is_string()) << arguments;
+  EXPECT_TRUE(a["unit"] == "c" || a["unit"] == "f") << arguments;
+}
+
+// Structured output and forced tool calls through the official client, on
+// the Qwen 3 template (tiny-qwen3's own) and on Llama 3.1's.
+TEST(ServerNpm, StructuredOutputAndToolCalls) {
+  int code = 0;
+  if (run("command -v node >/dev/null 2>&1", &code); code != 0)
+    GTEST_SKIP() << "node is not installed";
+  if (!std::filesystem::exists(kDir + "/node_modules/openai/package.json"))
+    GTEST_SKIP() << "npm package openai is not installed (scripts/setup_npm.sh)";
+  const std::string llama = tmp_path("npm_llama31.jinja");
+  std::ofstream(llama) << tools::kChatTemplateLlama31;
+  for (const std::string args : {std::string("-c 2048 -np 2 --api-key k"),
+                                 "-c 2048 -np 2 --api-key k --chat-template-file " + llama}) {
+    SUSTAIN_START_SERVER(srv, args);
+    const std::string log = tmp_path("openai_structured_stderr.txt");
+    auto out = run("cd '" + kDir + "' && node openai_structured.mjs http://127.0.0.1:" +
+                       std::to_string(srv->port()) + "/v1 k 2>" + log,
+                   &code);
+    ASSERT_TRUE(out.has_value());
+    std::ifstream e(log);
+    std::stringstream err;
+    err << e.rdbuf();
+    ASSERT_EQ(code, 0) << args << ": openai_structured.mjs failed:\n" << err.str();
+    const json r = json::parse(*out);
+    ASSERT_EQ(r["json_schema"].size(), 2u);
+    for (const auto& c : r["json_schema"]) {
+      EXPECT_EQ(c["finish"], "stop");
+      expect_city(c["content"]);
+    }
+    expect_city(r["json_schema_stream"]);
+    EXPECT_EQ(r["tool"]["finish"], "tool_calls") << args;
+    ASSERT_EQ(r["tool"]["calls"].size(), 1u) << args;
+    expect_weather_call(r["tool"]["calls"][0]["function"]["name"],
+                        r["tool"]["calls"][0]["function"]["arguments"]);
+    EXPECT_EQ(r["tool_stream"]["finish"], "tool_calls") << args;
+    ASSERT_EQ(r["tool_stream"]["calls"].size(), 1u) << args;
+    expect_weather_call(r["tool_stream"]["calls"][0]["name"],
+                        r["tool_stream"]["calls"][0]["arguments"]);
+  }
 }
 
 }  // namespace
