@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "grammar/char_class.h"
+#include "grammar/grammar.h"
 
 namespace sustain::grammar {
 namespace {
@@ -176,6 +177,14 @@ class RegexParser {
       if (at_end() || m.empty() || m.size() > 6 || n.size() > 6) {
         i_ = start;
         return fail("malformed '{m,n}' quantifier");
+      }
+      if (std::stoul(m) > kMaxRepetition || (!n.empty() && std::stoul(n) > kMaxRepetition)) {
+        i_ = start;
+        return fail(fmt::format("a repetition count is over the limit of {}", kMaxRepetition));
+      }
+      if (!n.empty() && std::stoul(n) < std::stoul(m)) {
+        i_ = start;
+        return fail("in '{m,n}' the maximum is below the minimum");
       }
       ++i_;
       q = "{" + m + (comma ? "," + n : "") + "}";

@@ -205,6 +205,12 @@ TEST(Schema, ErrorsNameTheKeyword) {
       << error_of(R"({"type": "string", "pattern": "(a"})");
   EXPECT_NE(error_of(R"({"type": "string", "pattern": "a\\1"})").find("backreferences"),
             std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "string", "pattern": "^a{5000}$"})")
+                .find("offset 2: a repetition count is over the limit"),
+            std::string::npos)
+      << error_of(R"({"type": "string", "pattern": "^a{5000}$"})");
+  EXPECT_NE(error_of(R"({"type": "string", "pattern": "^a{3,2}$"})").find("maximum is below"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"type": "string", "format": "hostname"})").find("format 'hostname'"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"$ref": "#/$defs/missing"})").find("does not resolve"), std::string::npos);
