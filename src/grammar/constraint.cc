@@ -5,8 +5,9 @@ namespace {
 
 class State final : public sampling::TokenConstraint {
  public:
-  State(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocab> vocab)
-      : matcher_(std::move(g)), masker_(vocab), vocab_(std::move(vocab)) {}
+  State(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocab> vocab,
+        std::shared_ptr<SharedMasks> shared)
+      : matcher_(std::move(g)), masker_(vocab, std::move(shared)), vocab_(std::move(vocab)) {}
 
   std::span<const uint32_t> allowed() override {
     if (!ended_) return masker_.mask(matcher_);
@@ -37,13 +38,13 @@ class State final : public sampling::TokenConstraint {
 }  // namespace
 
 std::unique_ptr<sampling::TokenConstraint> GrammarConstraint::start() const {
-  return std::make_unique<State>(grammar_, vocab_);
+  return std::make_unique<State>(grammar_, vocab_, shared_);
 }
 
 Status GrammarConstraint::check_startable() const {
   Matcher m(grammar_);
   if (m.state().can_end) return Status::ok();
-  TokenMasker masker(vocab_);
+  TokenMasker masker(vocab_, shared_);
   const TokenMask& mask = masker.mask(m);
   for (size_t w = 0; w < mask.size(); ++w) {
     uint32_t bits = mask[w];

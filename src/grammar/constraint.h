@@ -1,6 +1,6 @@
 // A Grammar as a sampling constraint: each request's Sampler gets its own
-// Matcher and mask cache; the grammar and the vocabulary's sorted token bytes
-// are shared.
+// Matcher and mask cache; the grammar, the vocabulary's sorted token bytes
+// and a cache of masks by state content are shared by all of them.
 #pragma once
 
 #include <memory>
@@ -15,7 +15,9 @@ namespace sustain::grammar {
 class GrammarConstraint final : public sampling::ConstraintFactory {
  public:
   GrammarConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocab> vocab)
-      : grammar_(std::move(g)), vocab_(std::move(vocab)) {}
+      : grammar_(std::move(g)),
+        vocab_(std::move(vocab)),
+        shared_(std::make_shared<SharedMasks>()) {}
 
   std::unique_ptr<sampling::TokenConstraint> start() const override;
 
@@ -27,6 +29,9 @@ class GrammarConstraint final : public sampling::ConstraintFactory {
  private:
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocab> vocab_;
+  // Masks every state started here shares (the choices of a request, and
+  // every request a server sends to this constraint).
+  std::shared_ptr<SharedMasks> shared_;
 };
 
 }  // namespace sustain::grammar

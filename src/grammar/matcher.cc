@@ -116,6 +116,23 @@ bool Matcher::SeenSet::insert(uint64_t k) {
   return true;
 }
 
+void Matcher::content_key(const MatchState& s, std::vector<uint32_t>& out) const {
+  std::vector<std::vector<uint32_t>> stacks;
+  stacks.reserve(s.tops.size());
+  for (uint32_t t : s.tops) {
+    std::vector<uint32_t> st;
+    for (uint32_t n = t; n != kNone; n = nodes_[n].parent) st.push_back(nodes_[n].pos);
+    stacks.push_back(std::move(st));
+  }
+  std::sort(stacks.begin(), stacks.end());
+  out.clear();
+  for (const auto& st : stacks) {
+    out.insert(out.end(), st.begin(), st.end());
+    out.push_back(UINT32_MAX);
+  }
+  out.push_back(s.can_end ? 1 : 0);
+}
+
 void Matcher::rollback(size_t checkpoint) {
   for (size_t i = checkpoint; i < nodes_.size(); ++i)
     index_.erase(key(nodes_[i].pos, nodes_[i].parent));

@@ -56,6 +56,11 @@ class Matcher {
 
   size_t n_nodes() const { return nodes_.size(); }
 
+  // The state's stacks by content — each the positions from top to bottom,
+  // ended by UINT32_MAX, the stacks sorted — then can_end. Equal for equal
+  // states of any two matchers of one grammar, whose node ids differ.
+  void content_key(const MatchState& s, std::vector<uint32_t>& out) const;
+
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
   struct Node {

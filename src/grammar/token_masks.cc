@@ -52,10 +52,27 @@ bool TokenVocab::is_eog(int32_t id) const {
   return std::binary_search(eog_.begin(), eog_.end(), id);
 }
 
-size_t TokenMasker::KeyHash::operator()(const std::vector<uint32_t>& k) const {
+size_t VecHash::operator()(const std::vector<uint32_t>& k) const {
   uint64_t h = 0xcbf29ce484222325ull;
   for (uint32_t x : k) h = (h ^ x) * 0x100000001b3ull;
   return static_cast<size_t>(h);
+}
+
+std::shared_ptr<const TokenMask> SharedMasks::find(const std::vector<uint32_t>& key) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = map_.find(key);
+  return it == map_.end() ? nullptr : it->second;
+}
+
+void SharedMasks::insert(const std::vector<uint32_t>& key, std::shared_ptr<const TokenMask> mask) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (map_.size() >= kMax) map_.clear();
+  map_.emplace(key, std::move(mask));
+}
+
+size_t SharedMasks::size() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return map_.size();
 }
 
 const TokenMask& TokenMasker::mask(Matcher& m) {
@@ -64,13 +81,23 @@ const TokenMask& TokenMasker::mask(Matcher& m) {
   key_.push_back(s.can_end ? 1 : 0);  // keys of different states differ in length or content
   if (auto it = cache_.find(key_); it != cache_.end()) {
     ++stats_.cache_hits;
-    return it->second;
+    return *it->second;
   }
   if (cache_.size() >= kMaxCached) cache_.clear();
-  ++stats_.computed;
-  TokenMask out;
-  compute(m, out);
-  return cache_.emplace(key_, std::move(out)).first->second;
+  std::shared_ptr<const TokenMask> found;
+  if (shared_) {
+    m.content_key(s, content_key_);
+    found = shared_->find(content_key_);
+    if (found) ++stats_.shared_hits;
+  }
+  if (!found) {
+    ++stats_.computed;
+    auto out = std::make_shared<TokenMask>();
+    compute(m, *out);
+    found = std::move(out);
+    if (shared_) shared_->insert(content_key_, found);
+  }
+  return *cache_.emplace(key_, std::move(found)).first->second;
 }
 
 uint32_t TokenMasker::intern(const MatchState& s) {

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -60,15 +61,37 @@ inline bool mask_has(const TokenMask& m, int32_t id) {
   return i / 32 < m.size() && ((m[i / 32] >> (i % 32)) & 1) != 0;
 }
 
+struct VecHash {
+  size_t operator()(const std::vector<uint32_t>& k) const;
+};
+
+// Masks shared by every matcher of one grammar — the choices of a request,
+// and requests that send the same grammar — keyed by the stacks' content
+// (Matcher::content_key). Thread-safe; emptied when it holds kMax masks.
+class SharedMasks {
+ public:
+  std::shared_ptr<const TokenMask> find(const std::vector<uint32_t>& key) const;
+  void insert(const std::vector<uint32_t>& key, std::shared_ptr<const TokenMask> mask);
+  size_t size() const;
+
+ private:
+  static constexpr size_t kMax = 256;
+  mutable std::mutex mu_;
+  std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const TokenMask>, VecHash> map_;
+};
+
 struct MaskStats {
   uint64_t computed = 0, cache_hits = 0;
+  uint64_t shared_hits = 0;  // masks found in the SharedMasks (a miss of the own cache)
   uint64_t steps = 0;        // matcher steps taken by walks (new transitions)
   uint64_t transitions = 0;  // bytes walked, steps plus table reads
 };
 
 class TokenMasker {
  public:
-  explicit TokenMasker(std::shared_ptr<const TokenVocab> vocab) : vocab_(std::move(vocab)) {}
+  explicit TokenMasker(std::shared_ptr<const TokenVocab> vocab,
+                       std::shared_ptr<SharedMasks> shared = nullptr)
+      : vocab_(std::move(vocab)), shared_(std::move(shared)) {}
 
   // The tokens allowed in m's current state. The reference stays valid until
   // the next call.
@@ -83,19 +106,17 @@ class TokenMasker {
   // Masks are a few KB each (n_vocab / 8 bytes); the cache is emptied when
   // it holds this many, which bounds a request's memory.
   static constexpr size_t kMaxCached = 256;
-  struct KeyHash {
-    size_t operator()(const std::vector<uint32_t>& k) const;
-  };
   std::shared_ptr<const TokenVocab> vocab_;
-  std::unordered_map<std::vector<uint32_t>, TokenMask, KeyHash> cache_;
-  std::vector<uint32_t> key_;
+  std::shared_ptr<SharedMasks> shared_;
+  std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const TokenMask>, VecHash> cache_;
+  std::vector<uint32_t> key_, content_key_;
   // The walk: state numbers after each byte of the current token, the
   // states met (with whether each is dead) and their transitions.
   static constexpr uint32_t kUnknown = UINT32_MAX;
   std::vector<uint32_t> levels_;
   std::vector<MatchState> walk_states_;
   std::vector<uint8_t> walk_dead_;
-  std::unordered_map<std::vector<uint32_t>, uint32_t, KeyHash> walk_index_;
+  std::unordered_map<std::vector<uint32_t>, uint32_t, VecHash> walk_index_;
   std::vector<uint32_t> trans_;  // [state * 256 + byte] → state, or kUnknown
   std::vector<uint32_t> walk_key_;
   MatchState scratch_;

@@ -98,10 +98,15 @@ Status attach_constraint(ServerState& s, engine::Engine& e, CompletionRequest& r
   if (!r.grammar) return Status::ok();
   std::call_once(s.grammar_vocab_once,
                  [&] { s.grammar_vocab = grammar::TokenVocab::from_tokenizer(e.tokenizer()); });
+  if (auto c = s.constraints.find(r.grammar_source)) {
+    r.sampling.constraint = std::move(c);
+    return Status::ok();
+  }
   auto c = std::make_shared<grammar::GrammarConstraint>(r.grammar, s.grammar_vocab);
   if (Status st = c->check_startable(); !st)
     return error(Code::kInvalidArgument, "'{}' cannot be used with this model: {}", r.grammar_param,
                  st.message());
+  s.constraints.insert(r.grammar_source, c);
   r.sampling.constraint = std::move(c);
   return Status::ok();
 }
@@ -144,6 +149,8 @@ Status prepare_tools(ServerState& s, Job& job) {
                     "'grammar'");
     SUSTAIN_ASSIGN_OR_RETURN(r.grammar, forced_call_grammar(syntax, r.tools, r.tool_choice));
     r.grammar_param = "tool_choice";
+    r.grammar_source =
+        fmt::format("tools:{}:{}:{}", static_cast<int>(syntax), r.tool_choice.name, r.tools.dump());
   }
   job.tools = syntax;
   return Status::ok();

@@ -72,6 +72,9 @@ struct CompletionRequest {
   // "grammar") for errors found with the model.
   std::shared_ptr<const grammar::Grammar> grammar;
   std::string grammar_param;
+  // What the grammar was compiled from (kind and text), so requests with the
+  // same constraint share one, with its cache of masks.
+  std::string grammar_source;
 
   static sampling::SamplerConfig openai_sampling_defaults() {
     sampling::SamplerConfig c;

@@ -6,10 +6,13 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <httplib.h>
 
 #include "engine/api.h"
+#include "grammar/constraint.h"
 #include "grammar/token_masks.h"
 #include "server/api_error.h"
 #include "server/chat.h"
@@ -17,6 +20,30 @@
 #include "server/server.h"
 
 namespace sustain::server {
+
+// Constraints by what they were compiled from, so requests that send the same
+// schema or grammar share one and its cache of masks. Bounded: the oldest
+// entry goes first.
+class ConstraintCache {
+ public:
+  std::shared_ptr<grammar::GrammarConstraint> find(const std::string& source) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [k, c] : entries_)
+      if (k == source) return c;
+    return nullptr;
+  }
+  void insert(const std::string& source, std::shared_ptr<grammar::GrammarConstraint> c) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (source.empty()) return;
+    if (entries_.size() >= kMax) entries_.erase(entries_.begin());
+    entries_.emplace_back(source, std::move(c));
+  }
+
+ private:
+  static constexpr size_t kMax = 16;
+  std::mutex mu_;
+  std::vector<std::pair<std::string, std::shared_ptr<grammar::GrammarConstraint>>> entries_;
+};
 
 struct ServerState {
   ServerConfig config;
@@ -33,6 +60,7 @@ struct ServerState {
   // first constrained request (a 150K vocabulary takes a moment), then shared.
   std::once_flag grammar_vocab_once;
   std::shared_ptr<const grammar::TokenVocab> grammar_vocab;
+  ConstraintCache constraints;
 };
 
 // Holds one count of ServerState::active for as long as it lives.

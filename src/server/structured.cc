@@ -34,6 +34,7 @@ Status parse_response_format(const json& rf, std::string_view text, CompletionRe
   if (t == "json_object") {
     r.grammar = json_object_grammar();
     r.grammar_param = "response_format";
+    r.grammar_source = "json_object";
     return Status::ok();
   }
   if (t != "json_schema")
@@ -53,11 +54,13 @@ Status parse_response_format(const json& rf, std::string_view text, CompletionRe
   // Taken again from the text with the key order kept: properties are
   // generated in the order the client wrote them.
   const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text);
-  auto g = grammar::compile_json_schema(ordered["response_format"]["json_schema"]["schema"]);
+  const auto& sch = ordered["response_format"]["json_schema"]["schema"];
+  auto g = grammar::compile_json_schema(sch);
   if (!g)
     return invalid("response_format.json_schema.schema", "is not usable: " + g.status().message());
   r.grammar = std::make_shared<const grammar::Grammar>(std::move(*g));
   r.grammar_param = "response_format";
+  r.grammar_source = "json_schema:" + sch.dump();
   return Status::ok();
 }
 
@@ -75,6 +78,7 @@ Status parse_structured_output(const json& body, std::string_view text, Completi
   if (!g) return invalid("grammar", "is not usable: " + g.status().message());
   r.grammar = std::make_shared<const grammar::Grammar>(std::move(*g));
   r.grammar_param = "grammar";
+  r.grammar_source = "gbnf:" + gr->get<std::string>();
   return Status::ok();
 }
 

@@ -137,6 +137,35 @@ TEST(TokenMasks, WalkReadsKnownTransitionsFromTheTable) {
   EXPECT_LT(masker.stats().steps, 40u);
 }
 
+TEST(TokenMasks, SharedAcrossMatchersByStateContent) {
+  // Two matchers reach the same states by different paths (so with
+  // different node ids); the second finds the first's masks by content, and
+  // they are the masks the brute force gives.
+  auto g = gbnf(R"(root ::= "{" item* "}"
+item ::= [ab] | "\"" [^"]* "\"" | "[" item* "]")");
+  std::mt19937 rng(9);
+  auto vocab =
+      std::make_shared<const TokenVocab>(random_vocab(rng, 400), std::vector<int32_t>{399});
+  auto shared = std::make_shared<SharedMasks>();
+  Matcher a(g), b(g);
+  TokenMasker ma(vocab, shared), mb(vocab, shared);
+  ASSERT_TRUE(a.advance("{ab\"x"));
+  ASSERT_TRUE(b.advance("{[[a]\"q\"]b"));  // other states first: other ids
+  ASSERT_TRUE(b.advance("\"z"));
+  EXPECT_NE(a.state().tops, b.state().tops);
+  const TokenMask first = ma.mask(a);
+  EXPECT_EQ(ma.stats().computed, 1u);
+  const TokenMask second = mb.mask(b);
+  EXPECT_EQ(mb.stats().shared_hits, 1u);
+  EXPECT_EQ(mb.stats().computed, 0u);
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(second, brute(g, "{[[a]\"q\"]b\"z", *vocab));
+  // A different state is not confused with it.
+  ASSERT_TRUE(b.advance("\""));
+  EXPECT_EQ(mb.mask(b), brute(g, "{[[a]\"q\"]b\"z\"", *vocab));
+  EXPECT_EQ(mb.stats().computed, 1u);
+}
+
 TEST(GrammarConstraint, StartableAndSampling) {
   auto vocab = std::make_shared<const TokenVocab>(
       std::vector<std::string>{"x", "{", "}", "\"a\"", ":", "1", "<eos>", " "},
