@@ -7,9 +7,11 @@
 // parsers below.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -18,6 +20,7 @@
 #include "grammar/gbnf.h"
 #include "grammar/schema.h"
 #include "schema_check.h"
+#include "spec/proposer.h"
 #include "test_util.h"
 #include "tools/presets.h"
 #include "tools/synth.h"
@@ -27,25 +30,34 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// tiny-qwen3: a BPE vocabulary of 4096 tokens (byte tokens, words, code
+// tiny-qwen3: a BPE vocabulary of 2048 tokens (byte tokens, words, code
 // fragments), two layers, random weights.
-engine::Engine& shared_engine() {
-  static std::unique_ptr<engine::Engine> e = [] {
-    const std::string path = sustain::test::tmp_path("grammar_tiny_qwen3.gguf");
+engine::EngineConfig engine_config() {
+  static const std::string path = [] {
+    const std::string p = sustain::test::tmp_path("grammar_tiny_qwen3.gguf");
     ThreadPool pool(2);
     tools::SynthOptions opt;
-    auto r = tools::synth_model(*tools::find_preset("tiny-qwen3"), path, opt, pool);
+    auto r = tools::synth_model(*tools::find_preset("tiny-qwen3"), p, opt, pool);
     EXPECT_TRUE(r.has_value()) << r.status().message();
-    engine::EngineConfig c;
-    c.model_path = path;
-    c.n_threads = 2;
-    c.n_ctx = 2048;
-    c.n_parallel = 8;
-    c.max_queue = 1024;
-    auto eng = engine::Engine::create(c);
-    EXPECT_TRUE(eng.has_value()) << eng.status().message();
-    return eng ? std::move(*eng) : nullptr;
+    return p;
   }();
+  engine::EngineConfig c;
+  c.model_path = path;
+  c.n_threads = 2;
+  c.n_ctx = 2048;
+  c.n_parallel = 8;
+  c.max_queue = 1024;
+  return c;
+}
+
+std::unique_ptr<engine::Engine> make_engine(const engine::EngineConfig& c) {
+  auto eng = engine::Engine::create(c);
+  EXPECT_TRUE(eng.has_value()) << eng.status().message();
+  return eng ? std::move(*eng) : nullptr;
+}
+
+engine::Engine& shared_engine() {
+  static std::unique_ptr<engine::Engine> e = make_engine(engine_config());
   return *e;
 }
 
@@ -56,20 +68,29 @@ std::shared_ptr<const TokenVocab> vocab() {
 
 struct Output {
   std::string text;
+  std::vector<int32_t> ids;
   engine::Finish finish = engine::Finish::kNone;
+  engine::Usage usage;
+  std::string error;
 };
+
+// A short prompt of ordinary tokens (ids 300..1999 of the 2048) that differs
+// per request.
+std::vector<int32_t> prompt_of(size_t i) {
+  std::vector<int32_t> p;
+  for (size_t k = 0; k < 4; ++k) p.push_back(static_cast<int32_t>(300 + (i * 7 + k * 13) % 1700));
+  return p;
+}
 
 // Runs one request per grammar and temperature, all queued at once so the
 // engine batches them.
 std::vector<Output> generate(const std::vector<std::shared_ptr<const Grammar>>& grammars,
-                             float temperature, int max_tokens) {
-  engine::Engine& e = shared_engine();
+                             float temperature, int max_tokens,
+                             engine::Engine& e = shared_engine()) {
   std::vector<engine::Stream> streams;
   for (size_t i = 0; i < grammars.size(); ++i) {
     engine::Request r;
-    // A short prompt of ordinary tokens that differs per request.
-    for (int k = 0; k < 4; ++k)
-      r.prompt.push_back(static_cast<int32_t>(300 + (i * 7 + k * 13) % 3000));
+    r.prompt = prompt_of(i);
     r.max_tokens = max_tokens;
     r.sampling.temperature = temperature;
     r.sampling.top_k = 0;
@@ -85,8 +106,13 @@ std::vector<Output> generate(const std::vector<std::shared_ptr<const Grammar>>& 
   for (auto& s : streams) {
     engine::Event ev = s.wait();
     Output o;
-    for (const auto& t : ev.tokens) o.text += e.tokenizer().token_to_piece(t.id, false);
+    for (const auto& t : ev.tokens) {
+      o.text += e.tokenizer().token_to_piece(t.id, false);
+      o.ids.push_back(t.id);
+    }
     o.finish = ev.finish;
+    o.usage = ev.usage;
+    o.error = ev.error.message();
     out.push_back(std::move(o));
   }
   return out;
@@ -257,6 +283,78 @@ TEST(ConstrainedGeneration, EveryOutputValidatesAgainstItsSchema) {
   EXPECT_LT(cut_off, kSchemas / 10);
   std::printf("validated %d outputs; %d greedy outputs of unbounded schemas ran to the limit\n",
               checked, cut_off);
+}
+
+// Drafts a known continuation with every `wrong`-th token replaced by a
+// random one (which the grammar mostly forbids): verification must sample
+// each row under the constraint, so rejected drafts never reach the output.
+class Oracle final : public spec::Proposer {
+ public:
+  Oracle(std::vector<std::vector<int32_t>> full, int wrong)
+      : full_(std::move(full)), wrong_(wrong) {}
+  const char* name() const override { return "oracle (test)"; }
+  void propose(std::span<const int32_t> tokens, int k, std::vector<int32_t>& out) override {
+    for (const auto& f : full_) {
+      if (f.size() <= tokens.size() || !std::equal(tokens.begin(), tokens.end(), f.begin()))
+        continue;
+      for (size_t i = tokens.size(); i < f.size() && static_cast<int>(out.size()) < k; ++i)
+        out.push_back(++n_ % wrong_ == 0 ? static_cast<int32_t>(rng_() % 2048) : f[i]);
+      return;
+    }
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> full_;
+  int wrong_;
+  int64_t n_ = 0;
+  std::mt19937 rng_{17};
+};
+
+TEST(ConstrainedGeneration, SpeculativeDraftsAreCheckedByTheGrammar) {
+  SchemaGen gen(77);
+  std::vector<json> schemas;
+  std::vector<std::shared_ptr<const Grammar>> grammars;
+  for (int i = 0; i < 40; ++i) {
+    schemas.push_back(gen.make());
+    auto g = compile_json_schema(schemas.back());
+    ASSERT_TRUE(g.has_value()) << g.status().message();
+    grammars.push_back(std::make_shared<const Grammar>(std::move(*g)));
+  }
+  // The plain greedy outputs are what the oracle drafts (a few tokens wrong).
+  const auto plain = generate(grammars, 0.0f, 400);
+  std::vector<std::vector<int32_t>> full;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    auto f = prompt_of(i);
+    f.insert(f.end(), plain[i].ids.begin(), plain[i].ids.end());
+    full.push_back(std::move(f));
+  }
+  engine::EngineConfig c = engine_config();
+  c.extra_proposer = std::make_shared<Oracle>(full, 3);
+  c.spec.draft_max = 6;
+  auto spec_engine = make_engine(c);
+  ASSERT_TRUE(spec_engine);
+  int64_t drafted = 0, accepted = 0;
+  for (float temp : {0.0f, 1.0f}) {
+    const auto outs = generate(grammars, temp, 400, *spec_engine);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      drafted += outs[i].usage.spec_drafted;
+      accepted += outs[i].usage.spec_accepted;
+      const std::string ctx = fmt::format("temperature {} schema {}:\n{}\noutput:\n{}\nerror: {}",
+                                          temp, i, schemas[i].dump(), outs[i].text, outs[i].error);
+      Matcher m(grammars[i]);
+      ASSERT_TRUE(m.advance(outs[i].text)) << ctx;
+      if (outs[i].finish == engine::Finish::kLength) continue;  // greedy on an unbounded schema
+      ASSERT_EQ(outs[i].finish, engine::Finish::kStop) << ctx;
+      json v;
+      ASSERT_NO_THROW(v = json::parse(outs[i].text)) << ctx;
+      ASSERT_EQ(test::validate(v, schemas[i], schemas[i]), "") << ctx;
+    }
+  }
+  // Drafts were verified, most accepted, the corrupted ones not.
+  EXPECT_GT(accepted, 100);
+  EXPECT_LT(accepted, drafted);
+  std::printf("speculative: %lld tokens drafted, %lld accepted\n", static_cast<long long>(drafted),
+              static_cast<long long>(accepted));
 }
 
 TEST(ConstrainedGeneration, JsonObjectMode) {
