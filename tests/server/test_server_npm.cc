@@ -101,8 +101,8 @@ TEST(ServerNpm, StructuredOutputAndToolCalls) {
     GTEST_SKIP() << "npm package openai is not installed (scripts/setup_npm.sh)";
   const std::string llama = tmp_path("npm_llama31.jinja");
   std::ofstream(llama) << tools::kChatTemplateLlama31;
-  for (const std::string args : {std::string("-c 2048 -np 2 --api-key k"),
-                                 "-c 2048 -np 2 --api-key k --chat-template-file " + llama}) {
+  for (const std::string& args : {std::string("-c 2048 -np 2 --api-key k"),
+                                  "-c 2048 -np 2 --api-key k --chat-template-file " + llama}) {
     SUSTAIN_START_SERVER(srv, args);
     const std::string log = tmp_path("openai_structured_stderr.txt");
     auto out = run("cd '" + kDir + "' && node openai_structured.mjs http://127.0.0.1:" +
