@@ -15,6 +15,6 @@ bash scripts/build.sh all
 if [ "${SKIP_FUZZ:-0}" != "1" ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSUSTAIN_SANITIZE=ON -DSUSTAIN_FUZZ=ON >/dev/null
-  cmake --build build-fuzz -j"$(nproc)" --target fuzz_gguf fuzz_chat_template fuzz_request test_gguf
+  cmake --build build-fuzz -j"$(nproc)" --target fuzz_gguf fuzz_chat_template fuzz_request fuzz_grammar test_gguf
   (cd build-fuzz && ctest --output-on-failure -L sanitize -j"$(nproc)")
 fi
