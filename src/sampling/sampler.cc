@@ -69,7 +69,7 @@ void Sampler::accept(int32_t token) {
   history_.accept(token);
 }
 
-int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+void Sampler::prepare(const float* logits, int32_t n_vocab) {
   SUSTAIN_CHECK(logits != nullptr && n_vocab > 0);
   if (buffer_.size() < static_cast<size_t>(n_vocab)) buffer_.resize(n_vocab);
   Candidates& c = live_;
@@ -77,7 +77,25 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   if (!config_.logit_bias.empty()) logit_bias(c, config_.logit_bias);
   history_.apply(c);
   if (constraint_) apply_mask(c, constraint_->allowed());
+}
 
+void Sampler::finish_chain() {
+  Candidates& c = live_;
+  top_k(c, config_.top_k);
+  top_p(c, config_.top_p);
+  min_p(c, config_.min_p);
+  temperature(c, config_.temperature);
+  softmax(c);
+}
+
+void Sampler::record(int32_t token) {
+  history_.accept(token);
+  if (constraint_) constraint_->accept(token);
+}
+
+int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+  prepare(logits, n_vocab);
+  Candidates& c = live_;
   int32_t token;
   if (config_.temperature <= 0.0f) {
     // top-k, top-p and min-p all keep the argmax, so greedy skips them.
@@ -85,18 +103,76 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
     last_ = TokenProb{token, 1.0f, 0.0f};
     last_greedy_ = true;
   } else {
-    top_k(c, config_.top_k);
-    top_p(c, config_.top_p);
-    min_p(c, config_.min_p);
-    temperature(c, config_.temperature);
-    softmax(c);
+    finish_chain();
     const Candidate& chosen = c.data[draw(c, rng_.uniform())];
     token = chosen.id;
     last_ = TokenProb{token, chosen.prob, std::log(chosen.prob)};
     last_greedy_ = false;
   }
-  history_.accept(token);
-  if (constraint_) constraint_->accept(token);
+  record(token);
+  return token;
+}
+
+int64_t speculative_choice(const Candidates& p, int32_t draft, std::span<const float> q_by_id,
+                           double u_accept, double u_residual) {
+  SUSTAIN_CHECK(p.size > 0);
+  double pd = 0.0;
+  for (size_t i = 0; i < p.size; ++i)
+    if (p.data[i].id == draft) pd = p.data[i].prob;
+  const double qd = draft >= 0 && static_cast<size_t>(draft) < q_by_id.size()
+                        ? static_cast<double>(q_by_id[static_cast<size_t>(draft)])
+                        : 0.0;
+  // Accept with min(1, p/q); a draft its proposal gave no mass (an
+  // inconsistent proposer) is accepted only where p has it, never forced.
+  if (pd > 0.0 && (qd <= 0.0 || u_accept * qd < pd)) return -1;
+  double total = 0.0;
+  for (size_t i = 0; i < p.size; ++i) {
+    const auto id = static_cast<size_t>(p.data[i].id);
+    const double qi = id < q_by_id.size() ? q_by_id[id] : 0.0;
+    total += std::max(0.0, p.data[i].prob - qi);
+  }
+  // p == q up to rounding leaves no residual: p itself is the right law then.
+  if (!(total > 0.0)) return static_cast<int64_t>(draw(p, u_residual));
+  const double target = u_residual * total;
+  double cum = 0.0;
+  size_t last_positive = 0;
+  for (size_t i = 0; i < p.size; ++i) {
+    const auto id = static_cast<size_t>(p.data[i].id);
+    const double r = std::max(0.0, p.data[i].prob - (id < q_by_id.size() ? q_by_id[id] : 0.0));
+    if (r <= 0.0) continue;
+    last_positive = i;
+    cum += r;
+    if (cum > target) return static_cast<int64_t>(i);
+  }
+  return static_cast<int64_t>(last_positive);
+}
+
+int32_t Sampler::sample_speculative(const float* logits, int32_t n_vocab, int32_t draft,
+                                    std::span<const TokenProb> q) {
+  if (config_.temperature <= 0.0f) return sample(logits, n_vocab);
+  prepare(logits, n_vocab);
+  finish_chain();
+  Candidates& c = live_;
+  if (q_dense_.size() < static_cast<size_t>(n_vocab)) q_dense_.assign(n_vocab, 0.0f);
+  for (const TokenProb& e : q)
+    if (e.id >= 0 && e.id < n_vocab) q_dense_[static_cast<size_t>(e.id)] = e.prob;
+  const double u1 = rng_.uniform(), u2 = rng_.uniform();
+  const int64_t pick =
+      speculative_choice(c, draft, std::span<const float>(q_dense_.data(), n_vocab), u1, u2);
+  for (const TokenProb& e : q)
+    if (e.id >= 0 && e.id < n_vocab) q_dense_[static_cast<size_t>(e.id)] = 0.0f;
+  int32_t token = draft;
+  float prob = 0.0f;
+  if (pick >= 0) {
+    token = c.data[pick].id;
+    prob = c.data[pick].prob;
+  } else {
+    for (size_t i = 0; i < c.size; ++i)
+      if (c.data[i].id == draft) prob = c.data[i].prob;
+  }
+  last_ = TokenProb{token, prob, std::log(prob)};
+  last_greedy_ = false;
+  record(token);
   return token;
 }
 

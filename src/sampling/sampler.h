@@ -63,6 +63,14 @@ struct TokenProb {
   float logprob;  // ln(prob); -inf for prob 0
 };
 
+// The accept/resample step of speculative sampling on its own, for tests:
+// p is the target's final distribution (Candidate::prob over p's live
+// entries), q_by_id the proposal indexed by token id (n_vocab entries),
+// u_accept and u_residual two uniforms in [0, 1). Returns the index into
+// p.data of the token chosen, or -1 when `draft` was accepted.
+int64_t speculative_choice(const Candidates& p, int32_t draft, std::span<const float> q_by_id,
+                           double u_accept, double u_residual);
+
 class Sampler {
  public:
   // Validates the config first.
@@ -80,6 +88,22 @@ class Sampler {
   // RNG and records it in the penalty history (and the constraint, if any). Allocates only on the
   // first call (or when n_vocab grows). n_vocab must be > 0.
   int32_t sample(const float* logits, int32_t n_vocab);
+
+  // Speculative verification against a drafted token (Leviathan et al.,
+  // "Fast Inference from Transformers via Speculative Decoding"): runs the
+  // chain on logits exactly as sample() does, giving the target
+  // distribution p, then accepts `draft` with probability min(1, p(d)/q(d))
+  // and otherwise draws from the normalised residual max(0, p - q). q is the
+  // proposal `draft` was drawn from (any order; ids absent have q = 0). The
+  // token returned is distributed exactly as sample()'s would be; it equals
+  // `draft` iff the draft was accepted. Greedy (temperature 0) returns the
+  // argmax whatever q says. Records the token like sample().
+  int32_t sample_speculative(const float* logits, int32_t n_vocab, int32_t draft,
+                             std::span<const TokenProb> q);
+
+  // The number of candidates in the last call's final distribution (what
+  // top_probs() can return at most).
+  size_t n_live() const { return last_greedy_ ? 1 : live_.size; }
 
   // Records a token this sampler did not draw (prompt tokens, tokens forced
   // by the caller) so penalties see it.
@@ -99,6 +123,13 @@ class Sampler {
   const PenaltyHistory& history() const { return history_; }
 
  private:
+  // logit bias, penalties and the constraint on logits[0, n_vocab) into live_.
+  void prepare(const float* logits, int32_t n_vocab);
+  // top-k .. softmax on live_ (temperature > 0).
+  void finish_chain();
+  void record(int32_t token);
+  std::vector<float> q_dense_;     // speculative: the proposal by id, zero between calls
+
   SamplerConfig config_;
   Rng rng_;
   PenaltyHistory history_;
