@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -173,6 +174,12 @@ struct EngineStats {
   uint64_t spec_draft_tokens = 0;      // speculative decoding: tokens drafted and verified
   uint64_t spec_accepted_tokens = 0;   // of those, accepted
   uint64_t spec_steps = 0;             // verify steps (decode steps that carried a draft)
+  // By draft position r (0 = the first drafted token): drafts that reached
+  // position r, and of those, accepted.
+  std::array<uint64_t, 16> spec_drafted_at{}, spec_accepted_at{};
+  // The draft model's own KV (spec draft): pages held now, bytes allocated.
+  int32_t draft_kv_pages_used = 0;
+  int64_t draft_kv_bytes = 0;
   uint64_t generated_tokens = 0;      // tokens emitted to clients
   uint64_t preemptions = 0;
   uint64_t steps = 0;

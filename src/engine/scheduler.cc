@@ -27,6 +27,44 @@ void observe(Histogram& h, double v) {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// --spec draft: the second GGUF, checked against the target's vocabulary,
+// with a KV pool that mirrors the target's (its pool tokens plus one
+// draft's worth per sequence), so it never runs out where the target does not.
+Expected<std::unique_ptr<spec::DraftModelProposer>> load_draft_model(Engine& e,
+                                                                     const kv::KvGeometry& g,
+                                                                     int64_t pool_tokens,
+                                                                     ThreadPool& pool) {
+  const EngineConfig& c = e.config();
+  const std::string& path = c.spec.draft_model;
+  auto m = Model::load(path);
+  if (!m) return error(m.status().code(), "--draft-model {}: {}", path, m.status().message());
+  auto tok = tokenizer::Tokenizer::from_gguf((*m)->file());
+  if (!tok) return error(tok.status().code(), "--draft-model {}: {}", path, tok.status().message());
+  const tokenizer::Tokenizer& target = e.tokenizer();
+  const int64_t nt = e.model().config().n_vocab, nd = (*m)->config().n_vocab;
+  if (nt != nd || target.n_vocab() != tok->n_vocab())
+    return error(Code::kInvalidArgument,
+                 "--draft-model {}: its vocabulary has {} tokens ({} embedding rows), the "
+                 "target's {} ({}); speculative decoding needs the same vocabulary",
+                 path, tok->n_vocab(), nd, target.n_vocab(), nt);
+  for (int32_t i = 0; i < target.n_vocab(); ++i)
+    if (target.token_to_piece(i) != tok->token_to_piece(i))
+      return error(Code::kInvalidArgument,
+                   "--draft-model {}: its vocabulary differs from the target's at token id {} "
+                   "('{}' vs the target's '{}'); speculative decoding needs the same vocabulary",
+                   path, i, tok->token_to_piece(i), target.token_to_piece(i));
+  spec::DraftModelOptions o;
+  o.k_type = c.spec.draft_k_type;
+  o.v_type = c.spec.draft_v_type;
+  o.page_tokens = g.page_tokens;
+  o.pool_tokens = pool_tokens + int64_t{c.n_parallel} * (c.spec.draft_max + g.page_tokens);
+  o.ubatch_tokens = std::min(c.batch_tokens, c.ubatch_tokens);
+  o.p_min = c.spec.draft_p_min;
+  auto d = spec::DraftModelProposer::create(std::move(*m), o, pool);
+  if (!d) return error(d.status().code(), "--draft-model {}: {}", path, d.status().message());
+  return d;
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGeometry& g,
@@ -43,9 +81,20 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
   s->pool = std::make_unique<ThreadPool>(c.n_threads > 0 ? c.n_threads
                                                          : ThreadPool::hardware_threads());
   s->ws = e.model_->make_workspace(std::min(c.batch_tokens, c.ubatch_tokens), s->pool->size());
-  SUSTAIN_ASSIGN_OR_RETURN(auto configured, spec::make_proposers(c.spec));
   if (c.extra_proposer) s->proposers.push_back(c.extra_proposer);
-  for (auto& p : configured) s->proposers.push_back(std::move(p));
+  for (const std::string& t : c.spec.types) {
+    if (t == "draft") {
+      SUSTAIN_ASSIGN_OR_RETURN(auto d, load_draft_model(e, g, pool_tokens, *s->pool));
+      s->draft_model = d.get();
+      s->proposers.push_back(std::move(d));
+      continue;
+    }
+    spec::Config one = c.spec;
+    one.types = {t};
+    one.draft_model.clear();
+    SUSTAIN_ASSIGN_OR_RETURN(auto made, spec::make_proposers(one));
+    for (auto& p : made) s->proposers.push_back(std::move(p));
+  }
   // A verify step wants logits for the last token and every draft.
   const int rows_per_seq = 1 + (s->proposers.empty() ? 0 : c.spec.draft_max);
   s->logits.resize(static_cast<size_t>(c.n_parallel) * rows_per_seq * e.model_->config().n_vocab);
@@ -114,6 +163,10 @@ void Scheduler::publish_stats() {
   st.waiting = queued.load();
   st.kv_pages_cached = prefix ? prefix->evictable() : 0;
   st.kv_pages_used = cache->n_pages() - cache->n_free_pages() - st.kv_pages_cached;
+  if (draft_model) {
+    st.draft_kv_pages_used = draft_model->pages_in_use();
+    st.draft_kv_bytes = draft_model->kv_bytes();
+  }
   std::lock_guard<std::mutex> l(stats_mu);
   const uint64_t rejected = shared_stats.requests_rejected;
   const uint64_t submitted = shared_stats.requests_submitted;
@@ -149,6 +202,7 @@ void Scheduler::finish(Seq& s, Finish f, Status err) {
   if (prefix && f != Finish::kError) prefix->insert(s.table, s.tokens, s.n_computed);
   const auto pages_held = static_cast<int32_t>(s.table.pages.size());
   cache->release(s.table);
+  forget_drafts(s);
   Event e;
   e.usage.kv_pages = pages_held;
   e.done = true;
@@ -249,20 +303,47 @@ int64_t Scheduler::next_snapshot(const Seq& s) const {
   return std::min(last, (s.n_computed / iv + 1) * iv);
 }
 
-void Scheduler::propose(Seq& s, int64_t budget) {
-  if (proposers.empty() || !s.st->req.speculative) return;
+void Scheduler::forget_drafts(const Seq& s) {
+  for (auto& p : proposers) p->forget(s.st->id);
+}
+
+int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
   const spec::Config& c = cfg().spec;
-  const int64_t n_tok = static_cast<int64_t>(s.tokens.size());
-  // Never draft past max_tokens or the context (the last emitted token
-  // needs no draft after it), nor past the step's token budget.
-  const int64_t k = std::min<int64_t>({c.draft_max, budget, s.max_new - s.n_generated - 1,
-                                       cfg().n_ctx - n_tok - 1});
-  if (k < c.draft_min) return;
-  for (auto& p : proposers) {
-    p->propose(s.tokens, static_cast<int>(k), s.draft);
-    if (!s.draft.empty()) break;
+  // k for each sequence, oldest first, as if every draft came out whole.
+  std::vector<spec::Job> jobs;
+  int64_t left = budget;
+  for (Seq* s : decoding) {
+    left -= 1;
+    if (proposers.empty() || !s->st->req.speculative || left <= 0) continue;
+    const int64_t n_tok = static_cast<int64_t>(s->tokens.size());
+    // Never draft past max_tokens or the context (the last emitted token
+    // needs no draft after it), nor past the step's token budget.
+    const int64_t k = std::min<int64_t>({c.draft_max, left, s->max_new - s->n_generated - 1,
+                                         cfg().n_ctx - n_tok - 1});
+    if (k < c.draft_min) continue;
+    left -= k;
+    spec::Job j;
+    j.seq = s->st->id;
+    j.tokens = s->tokens;
+    j.k = static_cast<int>(k);
+    j.sampling = &s->st->req.sampling;
+    j.out = &s->draft;
+    jobs.push_back(j);
   }
-  if (static_cast<int64_t>(s.draft.size()) < c.draft_min) s.draft.clear();
+  // The first proposer that drafts for a sequence wins; the rest see only
+  // the sequences still without a draft.
+  for (auto& p : proposers) {
+    if (jobs.empty()) break;
+    p->propose_batch(jobs);
+    std::erase_if(jobs, [](const spec::Job& j) { return !j.out->tokens.empty(); });
+  }
+  int64_t used = 0;
+  for (Seq* s : decoding) {
+    if (static_cast<int64_t>(s->draft.tokens.size()) < c.draft_min) s->draft.clear();
+    s->step_tokens = 1 + static_cast<int64_t>(s->draft.tokens.size());
+    used += s->step_tokens;
+  }
+  return used;
 }
 
 // The forward ran over [last, d_1..d_k] with logits rows 0..k. Row r is
@@ -273,13 +354,21 @@ void Scheduler::propose(Seq& s, int64_t budget) {
 // re-absorbs only the accepted tokens.
 void Scheduler::verify(Seq& s, const float* rows, int32_t backup) {
   const int64_t n_vocab = engine.model_->config().n_vocab;
-  const int64_t base = s.n_computed, k = static_cast<int64_t>(s.draft.size());
+  const int64_t base = s.n_computed, k = static_cast<int64_t>(s.draft.tokens.size());
   s.n_computed = base + 1;  // the last token's K/V is in
   int64_t accepted = 0;
   for (int64_t r = 0; r <= k; ++r) {
-    sample_and_emit(s, rows + r * n_vocab);
+    const bool drafted = r < k;
+    const auto ri = static_cast<size_t>(r);
+    if (drafted && ri < st.spec_drafted_at.size()) ++st.spec_drafted_at[ri];
+    if (drafted && !s.draft.q.empty()) {
+      sample_and_emit(s, rows + r * n_vocab, s.draft.tokens[ri], s.draft.q[ri]);
+    } else {
+      sample_and_emit(s, rows + r * n_vocab);
+    }
     if (s.done) break;
-    if (r == k || s.tokens.back() != s.draft[static_cast<size_t>(r)]) break;
+    if (!drafted || s.tokens.back() != s.draft.tokens[ri]) break;
+    if (ri < st.spec_accepted_at.size()) ++st.spec_accepted_at[ri];
     ++s.n_computed;
     ++accepted;
   }
@@ -310,6 +399,7 @@ void Scheduler::preempt(size_t i) {
   running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
   if (prefix) prefix->insert(s->table, s->tokens, s->n_computed);
   cache->release(s->table);
+  forget_drafts(*s);
   s->table = kv::PageTable{};
   // The tokens already emitted stay in s->tokens and are recomputed with
   // the prompt on readmission, never emitted twice.
@@ -342,10 +432,12 @@ Status Scheduler::reserve_or_preempt(Seq& s, int64_t n, bool* self_preempted) {
   }
 }
 
-void Scheduler::sample_and_emit(Seq& s, const float* row) {
+void Scheduler::sample_and_emit(Seq& s, const float* row, int32_t draft,
+                                std::span<const sampling::TokenProb> q) {
   const int32_t n_vocab = static_cast<int32_t>(engine.model_->config().n_vocab);
   const Request& req = s.st->req;
-  const int32_t id = s.sampler->sample(row, n_vocab);
+  const int32_t id = draft >= 0 ? s.sampler->sample_speculative(row, n_vocab, draft, q)
+                                : s.sampler->sample(row, n_vocab);
   if (!req.ignore_eos && engine.tok_->is_eog(id)) {
     finish(s, Finish::kStop);
     return;
@@ -388,16 +480,14 @@ bool Scheduler::step() {
   std::vector<Seq*> plan;
   std::sort(running.begin(), running.end(),
             [](const auto& a, const auto& b) { return a->admit_order < b->admit_order; });
-  for (auto& s : running) s->step_tokens = 0;
+  std::vector<Seq*> decoding;
   for (auto& s : running) {
-    const int64_t tail = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
+    s->step_tokens = 0;
     s->draft.clear();
-    if (tail == 1 && budget > 0) {
-      propose(*s, budget - 1);
-      s->step_tokens = 1 + static_cast<int64_t>(s->draft.size());
-      budget -= s->step_tokens;
-    }
+    const int64_t tail = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
+    if (tail == 1 && static_cast<int64_t>(decoding.size()) < budget) decoding.push_back(s.get());
   }
+  budget -= propose(decoding, budget);
   for (auto& s : running) {
     const int64_t tail = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
     if (tail <= 1) continue;
@@ -424,7 +514,7 @@ bool Scheduler::step() {
     Seq* s = running[i].get();
     if (s->step_tokens == 0) continue;
     // A draft never costs another sequence its pages: without room it is dropped.
-    if (!s->draft.empty() &&
+    if (!s->draft.tokens.empty() &&
         cache->pages_needed(s->table, s->step_tokens) > cache->n_free_pages()) {
       s->draft.clear();
       s->step_tokens = 1;
@@ -462,7 +552,7 @@ bool Scheduler::step() {
       // last token want logits (the verify rows).
       for (int64_t p = s->n_computed; p < end; ++p)
         batch.tokens.push_back({p < n_tok ? s->tokens[static_cast<size_t>(p)]
-                                          : s->draft[static_cast<size_t>(p - n_tok)],
+                                          : s->draft.tokens[static_cast<size_t>(p - n_tok)],
                                 si, p, completes && p >= n_tok - 1});
     }
     return engine.model_->forward(batch, *cache, ws, *pool, logits.data());
@@ -474,7 +564,7 @@ bool Scheduler::step() {
     backups.assign(seqs.size(), -1);
     if (!cache->has_state()) return;
     for (size_t i = 0; i < seqs.size(); ++i) {
-      if (seqs[i]->draft.empty() || seqs[i]->table.state < 0) continue;
+      if (seqs[i]->draft.tokens.empty() || seqs[i]->table.state < 0) continue;
       backups[i] = cache->states().alloc();
       if (backups[i] >= 0) {
         cache->states().copy(seqs[i]->table.state, backups[i]);
@@ -490,8 +580,8 @@ bool Scheduler::step() {
     size_t row = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       Seq* s = seqs[i];
-      if (!s->draft.empty()) {
-        const size_t k = s->draft.size();
+      if (!s->draft.tokens.empty()) {
+        const size_t k = s->draft.tokens.size();
         verify(*s, logits.data() + row * static_cast<size_t>(n_vocab), backups[i]);
         row += k + 1;
         s->step_tokens = 0;

@@ -15,6 +15,7 @@
 #include "engine/request_state.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
+#include "spec/draft_model.h"
 #include "spec/proposer.h"
 
 namespace sustain::engine {
@@ -38,7 +39,7 @@ struct Seq {
   int64_t snapshot_at = 0;
   // Speculative decoding: this step's draft (verified after the forward),
   // and the request's counts.
-  std::vector<int32_t> draft;
+  spec::Draft draft;
   int64_t spec_drafted = 0, spec_accepted = 0, spec_steps = 0;
   int32_t preemptions = 0;
   Clock::time_point t_start, t_first_token;
@@ -70,9 +71,14 @@ struct Engine::Impl {
   bool step();
   Status reserve_or_preempt(Seq& s, int64_t n, bool* self_preempted);
   void preempt(size_t running_index);
-  void sample_and_emit(Seq& s, const float* row);
+  // Samples a token from `row` (against the drafted token `draft` drawn
+  // from q when q is given: rejection sampling) and emits it.
+  void sample_and_emit(Seq& s, const float* row, int32_t draft = -1,
+                       std::span<const sampling::TokenProb> q = {});
   int64_t next_snapshot(const Seq& s) const;
-  void propose(Seq& s, int64_t budget);
+  // Drafts for the sequences about to decode; returns the tokens they take.
+  int64_t propose(const std::vector<Seq*>& decoding, int64_t budget);
+  void forget_drafts(const Seq& s);
   void verify(Seq& s, const float* rows, int32_t backup);
   void finish(Seq& s, Finish f, Status err = Status::ok());
   void publish_stats();
@@ -85,6 +91,7 @@ struct Engine::Impl {
   std::optional<kv::KvCache> cache;
   std::unique_ptr<kv::PrefixCache> prefix;
   std::vector<std::shared_ptr<spec::Proposer>> proposers;
+  spec::DraftModelProposer* draft_model = nullptr;  // among proposers, when --spec draft
   Workspace ws;
   Batch batch;
   std::vector<float> logits;

@@ -4,13 +4,15 @@
 // one forward pass over [last token, drafts...] and keeps the longest
 // prefix the target's own sampler agrees with, plus one token of its own.
 //
-// Drafts here are point masses (one token per position, no distribution):
-// verifying one means sampling the target's token at that position exactly
+// A draft is point masses (ngram: one token per position, no distribution)
+// or tokens drawn from a proposal distribution q (a draft model). A point
+// mass is verified by sampling the target's token at that position exactly
 // as non-speculative decoding would (every sampler stage included) and
-// accepting the draft iff they are equal. For a point-mass proposal this is
-// rejection sampling with q = 1 (accept with p(d), else draw from p
-// without d, renormalised), so the output distribution is unchanged at any
-// temperature and the acceptance is the best a point mass can get.
+// accepting the draft iff they are equal: rejection sampling with q = 1
+// (accept with p(d), else draw from p without d, renormalised). A drawn
+// draft is verified by rejection sampling proper (Sampler::
+// sample_speculative: accept with min(1, p/q), else draw from max(0, p-q)).
+// Either way the output distribution is unchanged at any temperature.
 #pragma once
 
 #include <cstdint>
@@ -20,16 +22,46 @@
 #include <vector>
 
 #include "base/status.h"
+#include "sampling/sampler.h"
+#include "tensor/qtype.h"
 
 namespace sustain::spec {
+
+// What a proposer drafted for one sequence this step.
+struct Draft {
+  std::vector<int32_t> tokens;
+  // The proposal each token was drawn from (tokens.size() entries, sparse:
+  // the ids with q > 0), or empty for point masses.
+  std::vector<std::vector<sampling::TokenProb>> q;
+  void clear() {
+    tokens.clear();
+    q.clear();
+  }
+};
+
+// One sequence that wants a draft this step.
+struct Job {
+  uint64_t seq = 0;                 // the engine's id of the sequence (forget() takes it)
+  std::span<const int32_t> tokens;  // prompt + verified output; the last is not in the KV yet
+  int k = 0;                        // draft at most this many (>= 1)
+  const sampling::SamplerConfig* sampling = nullptr;  // the request's sampling
+  Draft* out = nullptr;             // empty on entry
+};
 
 class Proposer {
  public:
   virtual ~Proposer() = default;
   virtual const char* name() const = 0;
-  // Appends up to k drafted tokens that may follow `tokens` (the
-  // sequence's prompt and verified output) to `out`.
-  virtual void propose(std::span<const int32_t> tokens, int k, std::vector<int32_t>& out) = 0;
+  // Drafts for every job at once (a model proposer runs them as one batch).
+  // The default asks propose() job by job.
+  virtual void propose_batch(std::span<Job> jobs) {
+    for (Job& j : jobs) propose(j.tokens, j.k, j.out->tokens);
+  }
+  // Point-mass proposers: appends up to k drafted tokens that may follow
+  // `tokens` (the sequence's prompt and verified output) to `out`.
+  virtual void propose(std::span<const int32_t> tokens, int k, std::vector<int32_t>& out) {}
+  // The sequence left (finished, cancelled, preempted): drop what is kept for it.
+  virtual void forget(uint64_t seq) {}
 };
 
 struct Config {
@@ -37,13 +69,26 @@ struct Config {
   int draft_max = 8;               // 1..16: tokens drafted per step at most
   int draft_min = 1;               // drafts shorter than this are not verified
   int ngram_max = 4;               // ngram: longest suffix matched (1..16)
+  // draft: the second GGUF (same vocabulary), its KV formats, and the
+  // confidence below which it stops drafting (its top token's probability
+  // at temperature 1; 0 = never stops early).
+  std::string draft_model;
+  QType draft_k_type = QType::F16;
+  QType draft_v_type = QType::F16;
+  float draft_p_min = 0.0f;
   bool enabled() const { return !types.empty(); }
+  bool uses(const char* type) const {
+    for (const std::string& t : types)
+      if (t == type) return true;
+    return false;
+  }
 };
 
 // kInvalidArgument naming the flag for an unknown type or a count out of range.
 Status validate(const Config& c);
 
-// The proposers of `c`, in order (only model-free types here: ngram).
+// The model-free proposers of `c` (ngram), in order; the engine builds the
+// model proposers (draft: spec/draft_model.h) and puts them in their place.
 Expected<std::vector<std::unique_ptr<Proposer>>> make_proposers(const Config& c);
 
 // "ngram,mtp" -> {"ngram", "mtp"}; a type the engine does not know is an error.

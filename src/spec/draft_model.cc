@@ -1,0 +1,164 @@
+#include "spec/draft_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sustain::spec {
+namespace {
+
+// The draft samples at the request's temperature and truncation, so that q
+// is close to the target's p; penalties, logit bias and constraints are the
+// target's business (they act on p at verification, and q may be anything
+// the draft was really drawn from).
+sampling::SamplerConfig draft_sampling(const sampling::SamplerConfig& r) {
+  sampling::SamplerConfig c;
+  c.temperature = r.temperature;
+  c.top_k = r.top_k;
+  c.top_p = r.top_p;
+  c.min_p = r.min_p;
+  c.repeat_penalty = 1.0f;
+  c.repeat_last_n = 0;
+  c.presence_penalty = 0.0f;
+  c.frequency_penalty = 0.0f;
+  c.seed = r.seed ^ 0x9E3779B97F4A7C15ull;  // its own stream, not the target's draws
+  return c;
+}
+
+// Probability of the most likely token under softmax at temperature 1.
+float top_probability(const float* row, int64_t n) {
+  float mx = row[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, row[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
+  return static_cast<float>(1.0 / sum);
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(
+    std::unique_ptr<Model> model, const DraftModelOptions& o, ThreadPool& pool) {
+  if (model->config().is_hybrid())
+    return error(Code::kUnsupported,
+                 "--draft-model: a {} model keeps a recurrent state that cannot be rolled back "
+                 "after a rejected draft; use a transformer draft model",
+                 arch_name(model->config().arch));
+  if (o.pool_tokens <= 0 || o.ubatch_tokens <= 0)
+    return error(Code::kInvalidArgument, "draft model: pool and ubatch tokens must be > 0");
+  std::unique_ptr<DraftModelProposer> p(new DraftModelProposer(std::move(model), o, pool));
+  kv::KvGeometry g = p->model_->kv_geometry(o.k_type, o.v_type, o.page_tokens, 1);
+  SUSTAIN_TRY(kv::validate(g));
+  auto cache = kv::KvCache::create(g, o.pool_tokens);
+  if (!cache)
+    return error(cache.status().code(), "draft model KV (-ctkd {} -ctvd {}): {}",
+                 qtype_name(o.k_type), qtype_name(o.v_type), cache.status().message());
+  p->cache_.emplace(std::move(*cache));
+  p->ws_ = p->model_->make_workspace(o.ubatch_tokens, pool.size());
+  return p;
+}
+
+void DraftModelProposer::forget(uint64_t seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  cache_->release(it->second.table);
+  seqs_.erase(it);
+}
+
+bool DraftModelProposer::draw(Job& j, SeqState& s, const float* row) {
+  const int64_t n_vocab = model_->config().n_vocab;
+  if (opt_.p_min > 0.0f && top_probability(row, n_vocab) < opt_.p_min) return false;
+  const int32_t tok = s.sampler->sample(row, static_cast<int32_t>(n_vocab));
+  probs_.resize(s.sampler->n_live());
+  const size_t n = s.sampler->top_probs(probs_);
+  j.out->tokens.push_back(tok);
+  j.out->q.emplace_back(probs_.begin(), probs_.begin() + static_cast<std::ptrdiff_t>(n));
+  return true;
+}
+
+bool DraftModelProposer::catch_up(std::span<Job> jobs, std::span<SeqState*> st) {
+  batch_.tokens.clear();
+  batch_.seqs.clear();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SeqState& s = *st[i];
+    const auto seq = static_cast<int32_t>(batch_.seqs.size());
+    batch_.seqs.push_back(&s.table);
+    const int64_t n = static_cast<int64_t>(jobs[i].tokens.size());
+    for (int64_t p = static_cast<int64_t>(s.computed.size()); p < n; ++p)
+      batch_.tokens.push_back({jobs[i].tokens[static_cast<size_t>(p)], seq, p, p == n - 1});
+  }
+  // Larger batches than the workspace run in workspace-sized chunks.
+  logits_.resize(jobs.size() * static_cast<size_t>(model_->config().n_vocab));
+  if (!model_->forward(batch_, *cache_, ws_, pool_, logits_.data()).is_ok()) return false;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    st[i]->computed.assign(jobs[i].tokens.begin(), jobs[i].tokens.end());
+  return true;
+}
+
+void DraftModelProposer::propose_batch(std::span<Job> jobs) {
+  std::vector<Job> live;
+  std::vector<SeqState*> st;
+  live.reserve(jobs.size());
+  for (Job& j : jobs) {
+    if (j.k < 1 || j.tokens.empty()) continue;
+    SeqState& s = seqs_[j.seq];
+    if (!s.sampler) s.sampler.emplace(draft_sampling(*j.sampling));
+    // Keep the longest prefix still valid (a rejected draft is cut off);
+    // the last token is always fed again, for its logits.
+    const auto n = static_cast<int64_t>(j.tokens.size());
+    int64_t c = std::mismatch(s.computed.begin(), s.computed.end(), j.tokens.begin(),
+                              j.tokens.end())
+                    .first -
+                s.computed.begin();
+    c = std::min(c, n - 1);
+    cache_->truncate(s.table, c);
+    s.computed.resize(static_cast<size_t>(c));
+    // Room for the tail and k - 1 drafted tokens fed back.
+    if (!cache_->reserve(s.table, n - c + j.k - 1).is_ok()) {
+      forget(j.seq);  // out of pages: no draft for it this step
+      continue;
+    }
+    live.push_back(j);
+    st.push_back(&s);
+  }
+  if (live.empty()) return;
+  auto finish = [&] {
+    for (SeqState* s : st) cache_->truncate(s->table, static_cast<int64_t>(s->computed.size()));
+  };
+  if (!catch_up(live, st)) {
+    for (const Job& j : live) forget(j.seq);
+    return;
+  }
+  const int64_t n_vocab = model_->config().n_vocab;
+  std::vector<size_t> active;
+  for (size_t i = 0; i < live.size(); ++i)
+    if (draw(live[i], *st[i], logits_.data() + i * n_vocab) && live[i].k > 1) active.push_back(i);
+  // One forward per further position over the sequences still drafting.
+  while (!active.empty()) {
+    batch_.tokens.clear();
+    batch_.seqs.clear();
+    for (size_t i : active) {
+      const auto seq = static_cast<int32_t>(batch_.seqs.size());
+      batch_.seqs.push_back(&st[i]->table);
+      const int32_t last = live[i].out->tokens.back();
+      batch_.tokens.push_back({last, seq, static_cast<int64_t>(st[i]->computed.size()), true});
+    }
+    if (!model_->forward(batch_, *cache_, ws_, pool_, logits_.data()).is_ok()) {
+      for (const Job& j : live) {
+        j.out->clear();
+        forget(j.seq);
+      }
+      return;
+    }
+    std::vector<size_t> next;
+    for (size_t r = 0; r < active.size(); ++r) {
+      const size_t i = active[r];
+      st[i]->computed.push_back(live[i].out->tokens.back());
+      if (draw(live[i], *st[i], logits_.data() + r * n_vocab) &&
+          static_cast<int>(live[i].out->tokens.size()) < live[i].k)
+        next.push_back(i);
+    }
+    active.swap(next);
+  }
+  finish();
+}
+
+}  // namespace sustain::spec

@@ -1,0 +1,302 @@
+// --spec draft: a second GGUF of the same vocabulary drafts, the target
+// verifies by rejection sampling. Greedy output is the target's own; at
+// temperature 0.8 the distribution of what a client sees is unchanged (a χ²
+// test that also rejects a proposer lying about its q, so it can fail);
+// mismatched vocabularies and recurrent drafts are refused by name; nothing
+// is left in either KV pool after cancellations and preemptions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "engine/api.h"
+#include "spec/draft_model.h"
+#include "test_util.h"
+
+namespace sustain::engine {
+namespace {
+
+std::string ref_model(const char* name) { return test::ref_path(std::string("models/") + name); }
+
+const char* kTarget = "aidreams260K-f32.gguf";
+const char* kDraft = "aidreams260K-Q4_K_M.gguf";
+
+EngineConfig config(bool draft, int n_parallel, int draft_max = 8) {
+  EngineConfig c;
+  c.model_path = ref_model(kTarget);
+  c.n_threads = 2;
+  c.n_ctx = 512;
+  c.n_parallel = n_parallel;
+  if (draft) {
+    c.spec.types = {"draft"};
+    c.spec.draft_model = ref_model(kDraft);
+    c.spec.draft_max = draft_max;
+  }
+  return c;
+}
+
+std::unique_ptr<Engine> make(const EngineConfig& c) {
+  auto e = Engine::create(c);
+  EXPECT_TRUE(e.has_value()) << e.status().message();
+  return e ? std::move(*e) : nullptr;
+}
+
+// The three prompts the reference greedy texts use (ref/README.md), as the
+// trained model's tokenizer reads them.
+std::vector<std::vector<int32_t>> prompts(const Engine& e) {
+  std::vector<std::vector<int32_t>> out;
+  for (const char* p : {"Once upon a time", "The little dog", "Lily and Ben went to the park"}) {
+    auto ids = e.tokenizer().encode(p, true, false);
+    EXPECT_TRUE(ids.has_value());
+    out.push_back(*ids);
+  }
+  return out;
+}
+
+std::vector<Event> run_all(Engine& e, const std::vector<Request>& reqs) {
+  std::vector<Stream> streams;
+  for (const auto& r : reqs) {
+    auto s = e.submit(r);
+    EXPECT_TRUE(s.has_value());
+    streams.push_back(std::move(*s));
+  }
+  std::vector<Event> out;
+  for (auto& s : streams) out.push_back(s.wait());
+  return out;
+}
+
+std::vector<int32_t> ids(const Event& ev) {
+  std::vector<int32_t> v;
+  for (const auto& t : ev.tokens) v.push_back(t.id);
+  return v;
+}
+
+TEST(EngineDraft, GreedyTextUnchangedAndDraftsAccepted) {
+  SUSTAIN_REQUIRE_REF();
+  auto plain = make(config(false, 1));
+  ASSERT_TRUE(plain);
+  std::vector<Request> reqs;
+  for (auto& p : prompts(*plain)) {
+    Request r;
+    r.prompt = p;
+    r.max_tokens = 64;
+    r.sampling.temperature = 0.0f;
+    reqs.push_back(r);
+  }
+  const auto want = run_all(*plain, reqs);
+  for (int np : {1, 4}) {
+    SCOPED_TRACE(np);
+    auto spec = make(config(true, np));
+    ASSERT_TRUE(spec);
+    const auto got = run_all(*spec, reqs);
+    int64_t drafted = 0, accepted = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_EQ(ids(got[i]), ids(want[i])) << "prompt " << i;
+      EXPECT_EQ(got[i].finish, want[i].finish);
+      drafted += got[i].usage.spec_drafted;
+      accepted += got[i].usage.spec_accepted;
+    }
+    const EngineStats st = spec->stats();
+    std::printf("[ measured ] draft %s for %s, -np %d: %lld drafted, %lld accepted (%.0f%%), "
+                "%llu verify steps; draft KV %lld bytes\n",
+                kDraft, kTarget, np, static_cast<long long>(drafted),
+                static_cast<long long>(accepted), drafted ? 100.0 * accepted / drafted : 0.0,
+                static_cast<unsigned long long>(st.spec_steps),
+                static_cast<long long>(st.draft_kv_bytes));
+    // A Q4_K_M copy of the same model agrees with it nearly always.
+    EXPECT_GT(accepted, drafted / 2);
+    EXPECT_GT(st.draft_kv_bytes, 0);
+    EXPECT_EQ(st.kv_pages_used, 0);
+    EXPECT_EQ(st.draft_kv_pages_used, 0);
+    uint64_t at0 = st.spec_drafted_at[0], acc0 = st.spec_accepted_at[0];
+    EXPECT_EQ(at0, st.spec_steps);
+    EXPECT_LE(acc0, at0);
+  }
+}
+
+// The first three sampled tokens of `n` seeded requests of four (so that
+// tokens 2 and 3 are both drafted positions on the speculative engine).
+std::map<std::vector<int32_t>, int> outcomes(Engine& e, const std::vector<int32_t>& prompt, int n,
+                                             uint64_t seed0) {
+  std::map<std::vector<int32_t>, int> h;
+  std::vector<Request> batch;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.prompt = prompt;
+    r.max_tokens = 4;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.8f;
+    r.sampling.seed = seed0 + static_cast<uint64_t>(i);
+    batch.push_back(r);
+    if (batch.size() == 64 || i + 1 == n) {
+      for (const Event& ev : run_all(e, batch)) {
+        auto first = ids(ev);
+        first.resize(std::min<size_t>(first.size(), 3));
+        ++h[first];
+      }
+      batch.clear();
+    }
+  }
+  return h;
+}
+
+// Two-sample χ² over the outcomes both runs saw at least 20 times together
+// (equal sample sizes); true when it does not reject at p = 0.01.
+bool same_distribution(const std::map<std::vector<int32_t>, int>& a,
+                       const std::map<std::vector<int32_t>, int>& b, const char* label) {
+  double chi2 = 0;
+  int cells = 0, rest_a = 0, rest_b = 0;
+  std::map<std::vector<int32_t>, std::pair<int, int>> both;
+  for (const auto& [k, n] : a) both[k].first = n;
+  for (const auto& [k, n] : b) both[k].second = n;
+  for (const auto& [k, n] : both) {
+    if (n.first + n.second < 20) {
+      rest_a += n.first;
+      rest_b += n.second;
+      continue;
+    }
+    chi2 += std::pow(n.first - n.second, 2) / (n.first + n.second);
+    ++cells;
+  }
+  if (rest_a + rest_b > 0) {  // the rare outcomes pooled into one cell
+    chi2 += std::pow(rest_a - rest_b, 2) / (rest_a + rest_b);
+    ++cells;
+  }
+  const double dof = std::max(1, cells - 1);
+  // The χ² quantile at p = 0.01 (Wilson–Hilferty).
+  const double z = 2.326, h = 2.0 / (9.0 * dof);
+  const double crit = dof * std::pow(1 - h + z * std::sqrt(h), 3);
+  std::printf("[ measured ] %s: %zu distinct outcomes, chi2 %.1f over %d cells (critical %.1f)\n",
+              label, both.size(), chi2, cells, crit);
+  return chi2 < crit;
+}
+
+// A proposer that drafts the draft model's most likely token but reports the
+// distribution it would have sampled from: q no longer describes the draft,
+// so verification is biased. The χ² test must catch it.
+class GreedyLiar final : public spec::Proposer {
+ public:
+  explicit GreedyLiar(std::shared_ptr<spec::Proposer> inner) : inner_(std::move(inner)) {}
+  const char* name() const override { return "greedy liar (test)"; }
+  void propose_batch(std::span<spec::Job> jobs) override {
+    inner_->propose_batch(jobs);
+    for (spec::Job& j : jobs) {
+      if (j.out->tokens.empty()) continue;
+      const auto& q = j.out->q[0];
+      int32_t best = j.out->tokens[0];
+      float bp = -1;
+      for (const auto& e : q)
+        if (e.prob > bp) bp = e.prob, best = e.id;
+      j.out->tokens.resize(1);
+      j.out->q.resize(1);
+      j.out->tokens[0] = best;
+    }
+  }
+  void forget(uint64_t seq) override { inner_->forget(seq); }
+
+ private:
+  std::shared_ptr<spec::Proposer> inner_;
+};
+
+TEST(EngineDraft, SamplingDistributionUnchangedAndALiarIsCaught) {
+  SUSTAIN_REQUIRE_REF();
+  auto plain = make(config(false, 8));
+  auto spec = make(config(true, 8, 3));
+  ASSERT_TRUE(plain && spec);
+  const auto prompt = prompts(*plain)[0];
+  const int n = 4000;
+  const auto a = outcomes(*plain, prompt, n, 1000);
+  const auto b = outcomes(*spec, prompt, n, 50000);  // other seeds: independent samples
+  EXPECT_TRUE(same_distribution(a, b, "plain vs draft at T 0.8"));
+  // Calibration: two plain samples pass the same test.
+  EXPECT_TRUE(same_distribution(a, outcomes(*plain, prompt, n, 70000), "plain vs plain"));
+  const EngineStats st = spec->stats();
+  EXPECT_GT(st.spec_accepted_tokens, st.spec_draft_tokens / 3);
+  EXPECT_LT(st.spec_accepted_tokens, st.spec_draft_tokens);  // some rejected: residual draws ran
+  std::printf("[ measured ] T 0.8: %llu drafted, %llu accepted (%.0f%%)\n",
+              static_cast<unsigned long long>(st.spec_draft_tokens),
+              static_cast<unsigned long long>(st.spec_accepted_tokens),
+              100.0 * st.spec_accepted_tokens / std::max<uint64_t>(1, st.spec_draft_tokens));
+
+  // The same test rejects verification against a q the draft was not drawn from.
+  auto model = Model::load(ref_model(kDraft));
+  ASSERT_TRUE(model.has_value());
+  ThreadPool pool(1);
+  spec::DraftModelOptions o;
+  o.pool_tokens = 8 * 512;
+  auto inner = spec::DraftModelProposer::create(std::move(*model), o, pool);
+  ASSERT_TRUE(inner.has_value()) << inner.status().message();
+  EngineConfig c = config(false, 8);
+  c.extra_proposer = std::make_shared<GreedyLiar>(std::shared_ptr<spec::Proposer>(std::move(*inner)));
+  auto liar = make(c);
+  ASSERT_TRUE(liar);
+  const auto l = outcomes(*liar, prompt, n, 90000);
+  EXPECT_FALSE(same_distribution(a, l, "plain vs a proposer lying about q"));
+}
+
+TEST(EngineDraft, OtherVocabularyAndRecurrentDraftsAreRefused) {
+  SUSTAIN_REQUIRE_REF();
+  EngineConfig c = config(true, 1);
+  c.spec.draft_model = ref_model("tiny-qwen3-Q4_K_M.gguf");
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.has_value());
+  const std::string m = e.status().message();
+  EXPECT_NE(m.find("--draft-model"), std::string::npos) << m;
+  EXPECT_NE(m.find("tiny-qwen3-Q4_K_M.gguf"), std::string::npos) << m;
+  EXPECT_NE(m.find("vocabulary"), std::string::npos) << m;
+
+  c.spec.draft_model = ref_model("no-such-draft.gguf");
+  e = Engine::create(c);
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.status().message().find("no-such-draft.gguf"), std::string::npos);
+
+  c.spec.draft_model.clear();
+  e = Engine::create(c);
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.status().message().find("--draft-model"), std::string::npos);
+
+  // A hybrid draft cannot roll its state back.
+  auto hybrid = Model::load(ref_model("tiny-qwen35-f32.gguf"));
+  ASSERT_TRUE(hybrid.has_value());
+  ThreadPool pool(1);
+  spec::DraftModelOptions o;
+  o.pool_tokens = 512;
+  auto d = spec::DraftModelProposer::create(std::move(*hybrid), o, pool);
+  ASSERT_FALSE(d.has_value());
+  EXPECT_NE(d.status().message().find("recurrent"), std::string::npos);
+}
+
+// Cancellations and preemptions under a small pool, at temperature 0 and
+// 0.8: both pools empty afterwards, every request ended.
+TEST(EngineDraft, CancellationAndPreemptionLeakNothing) {
+  SUSTAIN_REQUIRE_REF();
+  EngineConfig c = config(true, 4);
+  c.n_ctx = 256;
+  c.kv_tokens = 384;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  const auto ps = prompts(*e);
+  std::vector<Stream> streams;
+  for (int i = 0; i < 48; ++i) {
+    Request r;
+    r.prompt = ps[static_cast<size_t>(i) % ps.size()];
+    r.max_tokens = 120;
+    r.ignore_eos = true;
+    r.sampling.temperature = i % 2 ? 0.8f : 0.0f;
+    r.sampling.seed = static_cast<uint64_t>(i);
+    auto s = e->submit(r);
+    ASSERT_TRUE(s.has_value());
+    streams.push_back(std::move(*s));
+  }
+  for (size_t i = 0; i < streams.size(); i += 3) e->cancel(streams[i].id());
+  for (auto& s : streams) s.wait();
+  const EngineStats st = e->stats();
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_pages_used, 0);
+  EXPECT_EQ(st.draft_kv_pages_used, 0);
+  EXPECT_GT(st.spec_steps, 0u);
+  EXPECT_GT(st.preemptions, 0u);
+}
+
+}  // namespace
+}  // namespace sustain::engine
