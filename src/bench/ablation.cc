@@ -47,7 +47,7 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     if (eq == std::string::npos)
       return error(Code::kInvalidArgument,
                    "--ablate '{}': '{}' is not key=value (keys: ctk, ctv, kv, layout, prefix, "
-                   "batch, ubatch, threads, spec, draft, model)",
+                   "batch, ubatch, threads, spec, draft, draft_model, model)",
                    spec, kv);
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     any = true;
@@ -78,6 +78,7 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
       // One proposer per row (the switch list is comma-separated already).
       if (v == "off") {
         row.cfg.spec.types.clear();
+        row.cfg.spec.draft_model.clear();
       } else {
         SUSTAIN_ASSIGN_OR_RETURN(row.cfg.spec.types, spec::parse_types(v));
       }
@@ -88,6 +89,11 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
         return error(Code::kInvalidArgument, "--ablate '{}': draft={} is not in 1..16", spec, v);
       row.cfg.spec.draft_max = static_cast<int>(n);
       row.cfg.spec.draft_min = std::min(row.cfg.spec.draft_min, row.cfg.spec.draft_max);
+    } else if (k == "draft_model") {
+      if (!std::filesystem::exists(v))
+        return error(Code::kNotFound, "--ablate '{}': draft model file '{}' does not exist", spec,
+                     v);
+      row.cfg.spec.draft_model = v;
     } else if (k == "model") {
       if (!std::filesystem::exists(v))
         return error(Code::kNotFound, "--ablate '{}': model file '{}' does not exist", spec, v);
@@ -96,11 +102,13 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     } else {
       return error(Code::kInvalidArgument,
                    "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
-                   "ubatch, threads, spec, draft, model)",
+                   "ubatch, threads, spec, draft, draft_model, model)",
                    spec, k);
     }
   }
   if (!any) return error(Code::kInvalidArgument, "--ablate '{}': switches nothing", spec);
+  if (row.cfg.spec.uses("draft") && row.cfg.spec.draft_model.empty())
+    return error(Code::kInvalidArgument, "--ablate '{}': spec=draft needs draft_model=FILE", spec);
   return Status::ok();
 }
 

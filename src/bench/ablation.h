@@ -27,7 +27,8 @@ struct AblationRow {
 };
 
 // Applies `spec` ("kv=q8_0", "batch=256,threads=4": keys ctk, ctv, kv,
-// layout, prefix, batch, ubatch, threads, model) to `row`; errors name the
+// layout, prefix, batch, ubatch, threads, spec (off, ngram, draft), draft
+// (--draft-max), draft_model, model) to `row`; errors name the
 // spec (as --ablate) and what is wrong with it.
 Status apply_switch(const std::string& spec, AblationRow& row);
 

@@ -299,8 +299,9 @@ Runner add_bench(CLI::App& app) {
   sub->add_option(
       "--ablate", a->ablate,
       "ablation row switching one thing on top of the row above, key=value[,...] "
-      "with keys ctk, ctv, kv, layout (tiled|rows), prefix, batch, ubatch, threads, model "
-      "(repeatable)");
+      "with keys ctk, ctv, kv, layout (tiled|rows), prefix, batch, ubatch, threads, model, "
+      "spec (off|ngram|draft), draft (tokens drafted at most, 1..16), draft_model (a GGUF for "
+      "spec=draft) (repeatable)");
   sub->add_option("--ablate-file", a->ablate_file, "ablation rows, one per line (# comments)");
   sub->add_option("--budget", a->budget,
                   "seconds the context ladder may take; later rungs projected past it are "

@@ -8,6 +8,8 @@
 #include "cli/commands.h"
 #include "cli/file_io.h"
 #include "cli/model_session.h"
+#include "cli/spec_flags.h"
+#include "engine/api.h"
 #include "grammar/constraint.h"
 #include "grammar/gbnf.h"
 #include "grammar/schema.h"
@@ -21,6 +23,7 @@ struct RunArgs {
   int64_t n_predict = 128;
   sampling::SamplerConfig sc;
   bool ignore_eos = false;
+  SpecArgs spec;  // with --spec, generation runs in the engine (one sequence)
   // Structured output (docs/structured_output.md): at most one of these.
   std::string grammar, grammar_file, json_schema, json_schema_file;
 };
@@ -58,12 +61,86 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// --spec: the engine runs the one sequence, drafting and verifying; the
+// text is streamed as it is verified, the counts go to the stderr line.
+int run_engine(const RunArgs& a, const spec::Config& sc, std::vector<int32_t> ids, int64_t n_gen,
+               const tokenizer::Tokenizer& tok) {
+  engine::EngineConfig ec;
+  ec.model_path = a.m.model;
+  ec.n_threads = a.m.threads;
+  ec.n_ctx = a.m.ctx;
+  ec.n_parallel = 1;
+  ec.batch_tokens = a.m.batch;
+  ec.ubatch_tokens = a.m.ubatch;
+  ec.prefix_cache = false;
+  ec.spec = sc;
+  auto kt = kv_type(a.m.cache_type_k, "--cache-type-k");
+  if (!kt) return fail(kt.status().message());
+  auto vt = kv_type(a.m.cache_type_v, "--cache-type-v");
+  if (!vt) return fail(vt.status().message());
+  ec.k_type = *kt;
+  ec.v_type = *vt;
+  auto budget = kv_budget_bytes(a.m);
+  if (!budget) return fail(budget.status().message());
+  ec.kv_budget_bytes = *budget;
+  auto e = engine::Engine::create(ec);
+  if (!e) return fail(e.status().message());
+  engine::Request r;
+  r.prompt = std::move(ids);
+  r.max_tokens = static_cast<int32_t>(std::min<int64_t>(n_gen, INT32_MAX));
+  r.sampling = a.sc;
+  r.ignore_eos = a.ignore_eos;
+  const size_t n_prompt = r.prompt.size();
+  auto st = (*e)->submit(std::move(r));
+  if (!st) return fail(st.status().message());
+  tokenizer::StreamDecoder dec(tok);
+  engine::Event last;
+  while (true) {
+    auto ev = st->next();
+    if (!ev) continue;
+    for (const auto& t : ev->tokens) {
+      const std::string text = dec.push(t.id);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    }
+    std::fflush(stdout);
+    if (ev->done) {
+      last = std::move(*ev);
+      break;
+    }
+  }
+  const std::string rest = dec.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  if (last.finish == engine::Finish::kError) return fail(last.error.message());
+  const auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
+  const double t_prompt = secs(last.t_first_token - last.t_start);
+  const int64_t gen = last.usage.completion_tokens;
+  const double t_gen = secs(last.t_end - last.t_first_token);
+  const auto& u = last.usage;
+  // The first token comes with the prompt; speed counts the tokens after it.
+  std::fprintf(stderr,
+               "prompt: %zu tokens in %.3f s (%.2f tok/s) | generation: %lld tokens in %.3f s "
+               "(%.2f tok/s) | spec %s: %lld drafted, %lld accepted (%.0f%%), %lld verify steps "
+               "| threads %d, ctx %lld\n",
+               n_prompt, t_prompt, n_prompt / std::max(t_prompt, 1e-9),
+               static_cast<long long>(gen), t_gen,
+               gen > 1 ? (gen - 1) / std::max(t_gen, 1e-9) : 0.0, a.spec.spec.c_str(),
+               static_cast<long long>(u.spec_drafted), static_cast<long long>(u.spec_accepted),
+               u.spec_drafted ? 100.0 * u.spec_accepted / u.spec_drafted : 0.0,
+               static_cast<long long>(u.spec_steps),
+               a.m.threads > 0 ? a.m.threads : ThreadPool::hardware_threads(),
+               static_cast<long long>(a.m.ctx));
+  return 0;
+}
+
 int run_run(RunArgs a) {
   Status valid = sampling::validate(a.sc);
   if (!valid) return fail(valid.message());
   auto g = constraint_grammar(a);
   if (!g) return fail(g.status().message());
-  auto s = open_session(a.m, true);
+  auto spec = spec_config(a.spec);
+  if (!spec) return fail("run: " + spec.status().message());
+  auto s = open_session(a.m, !spec->enabled());
   if (!s) return fail(s.status().message());
   Session& sess = **s;
   if (*g) {
@@ -80,6 +157,8 @@ int run_run(RunArgs a) {
   if (a.n_predict > room)
     std::fprintf(stderr, "sustain: note: generating %lld tokens, the room left in -c %lld\n",
                  static_cast<long long>(n_gen), static_cast<long long>(sess.ctx));
+
+  if (spec->enabled()) return run_engine(a, *spec, std::move(*ids), n_gen, *sess.tok);
 
   sampling::Sampler sampler(a.sc);
   for (int32_t t : *ids) sampler.accept(t);
@@ -144,6 +223,7 @@ Runner add_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("-s,--seed", a->sc.seed, "sampling seed")->capture_default_str();
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
+  add_spec_flags(sub, a->spec);
   sub->add_option("--grammar", a->grammar, "constrain the output to this GBNF grammar");
   sub->add_option("--grammar-file", a->grammar_file, "... read from a file");
   sub->add_option("-j,--json-schema", a->json_schema, "constrain the output to this JSON schema");

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/file_io.h"
 #include "cli/model_session.h"
+#include "cli/spec_flags.h"
 
 #include "engine/api.h"
 #include "server/server.h"
@@ -38,8 +39,7 @@ struct ServeArgs {
   std::string kv_layout = "tiled";
   bool no_prefix_cache = false;
   int32_t state_snapshots = -1;
-  std::string spec;
-  int draft_max = 8, draft_min = 1, spec_ngram_max = 4;
+  SpecArgs spec;
   int32_t state_snapshot_interval = 1024;
   bool deterministic = false;
   int max_n = 8;
@@ -69,14 +69,9 @@ int run_serve(const ServeArgs& a) {
   ec.ubatch_tokens = a.m.ubatch;
   ec.prefix_cache = !a.no_prefix_cache;
   ec.state_snapshots = a.state_snapshots;
-  if (!a.spec.empty()) {
-    auto types = spec::parse_types(a.spec);
-    if (!types) return fail("serve: " + types.status().message());
-    ec.spec.types = std::move(*types);
-  }
-  ec.spec.draft_max = a.draft_max;
-  ec.spec.draft_min = a.draft_min;
-  ec.spec.ngram_max = a.spec_ngram_max;
+  auto spec = spec_config(a.spec);
+  if (!spec) return fail("serve: " + spec.status().message());
+  ec.spec = std::move(*spec);
   ec.state_snapshot_interval = a.state_snapshot_interval;
   ec.max_queue = a.max_queue;
   ec.deterministic = a.deterministic;
@@ -204,18 +199,7 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   add_kv_layout_flag(sub, a->kv_layout, "--kv-layout");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "do not share prompt prefixes");
-  sub->add_option("--spec", a->spec,
-                  "speculative decoding: proposers, comma-separated (ngram: prompt lookup); "
-                  "a request opts out with \"speculative\": false");
-  sub->add_option("--draft-max", a->draft_max, "tokens drafted per step at most")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 16));
-  sub->add_option("--draft-min", a->draft_min, "shorter drafts are not verified")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 16));
-  sub->add_option("--spec-ngram-max", a->spec_ngram_max, "ngram: longest suffix looked up")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 16));
+  add_spec_flags(sub, a->spec);
   sub->add_option("--state-snapshots", a->state_snapshots,
                   "hybrid models (qwen35): recurrent-state snapshots kept for prefix reuse "
                   "(least recently used replaced); -1 = 4 x --parallel, 0 = none")

@@ -24,6 +24,8 @@ std::vector<std::string> expand_llama_cpp_aliases(int argc, char** argv) {
   static const std::pair<const char*, const char*> kAliases[] = {
       {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch-size"},
       {"-np", "--parallel"},      {"-fa", "--flash-attn"},    {"-ngl", "--n-gpu-layers"},
+      {"-ctkd", "--cache-type-k-draft"}, {"-ctvd", "--cache-type-v-draft"},
+      {"-md", "--draft-model"},
   };
   std::vector<std::string> out;
   for (int i = 0; i < argc; ++i) {

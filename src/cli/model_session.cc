@@ -71,10 +71,10 @@ Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_ca
   SUSTAIN_ASSIGN_OR_RETURN(s->model, Model::load(a.model));
   SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(s->model->file()));
   s->tok.emplace(std::move(tok));
+  s->ctx = a.ctx;
   if (!with_cache) return s;
   SUSTAIN_ASSIGN_OR_RETURN(QType kt, kv_type(a.cache_type_k, "--cache-type-k"));
   SUSTAIN_ASSIGN_OR_RETURN(QType vt, kv_type(a.cache_type_v, "--cache-type-v"));
-  s->ctx = a.ctx;
   const kv::KvGeometry g = s->model->kv_geometry(kt, vt);
   SUSTAIN_ASSIGN_OR_RETURN(int64_t budget, kv_budget_bytes(a));
   if (budget > 0) {

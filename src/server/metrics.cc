@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <tuple>
+
 #include <fmt/format.h>
 
 namespace sustain::server {
@@ -97,6 +99,22 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
          static_cast<double>(s->spec_accepted_tokens));
   metric(out, "sustain_spec_steps_total", "counter",
          "speculative decoding: verify steps", static_cast<double>(s->spec_steps));
+  // Acceptance by draft position: drafts that reached position r, and of
+  // those, accepted (a labelled family; positions no draft reached omitted).
+  for (const auto& [name, help, v] :
+       {std::tuple{"sustain_spec_position_drafted_total",
+                   "speculative decoding: drafted tokens at each draft position (0 = first)",
+                   &s->spec_drafted_at},
+        std::tuple{"sustain_spec_position_accepted_total",
+                   "speculative decoding: accepted tokens at each draft position (0 = first)",
+                   &s->spec_accepted_at}}) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
+    for (size_t r = 0; r < v->size() && s->spec_drafted_at[r] > 0; ++r)
+      out += fmt::format("{}{{position=\"{}\"}} {}\n", name, r, (*v)[r]);
+  }
+  metric(out, "sustain_spec_draft_kv_pages_used", "gauge",
+         "speculative decoding: pages the draft model's own KV holds",
+         s->draft_kv_pages_used);
   metric(out, "sustain_preemptions_total", "counter",
          "times a running sequence was preempted for KV pages and recomputed later",
          static_cast<double>(s->preemptions));

@@ -83,6 +83,56 @@ TEST(CliRun, GreedyTextMatchesLlamaCpp) {
   EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
 }
 
+// `run --spec`: the same greedy text with prompt lookup, with a draft model
+// and without, for the three shared prompts; the stderr line counts drafts.
+TEST(CliRun, SpeculativeGreedyTextIsUnchanged) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string draft = ref_path("models/aidreams260K-Q4_K_M.gguf");
+  for (const char* prompt : {"p1_short.txt", "p2_medium.txt", "p3_long.txt"}) {
+    SCOPED_TRACE(prompt);
+    const std::string base = "run -m " + ref_path(kAidreams) + " -f " +
+                             ref_path(std::string("prompts/") + prompt) + " -n 64 --temp 0 --ignore-eos -t 2";
+    auto plain = run_cli(base);
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    auto ngram = run_cli(base + " --spec ngram");
+    ASSERT_EQ(ngram.exit_code, 0) << ngram.err;
+    EXPECT_EQ(ngram.out, plain.out);
+    EXPECT_NE(ngram.err.find("spec ngram:"), std::string::npos) << ngram.err;
+    auto d = run_cli(base + " --spec draft --draft-model " + draft + " --draft-max 8");
+    ASSERT_EQ(d.exit_code, 0) << d.err;
+    EXPECT_EQ(d.out, plain.out);
+    EXPECT_NE(d.err.find("spec draft:"), std::string::npos) << d.err;
+    EXPECT_EQ(d.err.find(" 0 drafted"), std::string::npos) << d.err;
+  }
+}
+
+TEST(CliRun, SpeculativeFlagsAreChecked) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string m = "run -m " + ref_path(kAidreams) + " -p hi -n 4 -t 2";
+  struct Case {
+    const char* flags;
+    const char* says;
+  } cases[] = {
+      {"--spec ngram --draft-max 0", "--draft-max"},
+      {"--spec ngram --draft-max 40", "--draft-max"},
+      {"--spec lookahead", "unknown proposer"},
+      {"--spec draft", "--draft-model"},
+      {"--spec draft -md /nonexistent/draft.gguf", "/nonexistent/draft.gguf"},
+      {"--spec mtp", "mtp"},
+      {"--spec ngram --draft-p-min 2", "--draft-p-min"},
+  };
+  for (const auto& c : cases) {
+    auto r = run_cli(m + " " + c.flags);
+    EXPECT_NE(r.exit_code, 0) << c.flags;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.flags << ": " << r.err;
+  }
+  // A draft model of another vocabulary: both files' sizes named.
+  auto r = run_cli(m + " --spec draft -md " + ref_path("models/tiny-qwen3-Q4_K_M.gguf"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("vocabulary"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tiny-qwen3-Q4_K_M.gguf"), std::string::npos) << r.err;
+}
+
 TEST(CliRun, SeededSamplingIsDeterministic) {
   SUSTAIN_REQUIRE_REF();
   const std::string cmd = "run -m " + ref_path(kAidreams) +

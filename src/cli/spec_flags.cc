@@ -1,0 +1,52 @@
+#include "cli/spec_flags.h"
+
+#include "cli/model_session.h"
+
+namespace sustain::cli {
+
+void add_spec_flags(CLI::App* sub, SpecArgs& a) {
+  sub->add_option("--spec", a.spec,
+                  "speculative decoding: proposers, comma-separated, the first that drafts wins "
+                  "(ngram: prompt lookup; draft: --draft-model); a server request opts out with "
+                  "\"speculative\": false");
+  sub->add_option("--draft-model,--model-draft", a.draft_model,
+                  "--spec draft: a smaller GGUF with the same vocabulary (alias -md)");
+  sub->add_option("--cache-type-k-draft", a.cache_type_k_draft,
+                  "the draft model's K cache format (alias -ctkd)")
+      ->capture_default_str();
+  sub->add_option("--cache-type-v-draft", a.cache_type_v_draft,
+                  "the draft model's V cache format (alias -ctvd)")
+      ->capture_default_str();
+  sub->add_option("--draft-max", a.draft_max, "tokens drafted per step at most (1..16)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  sub->add_option("--draft-min", a.draft_min, "shorter drafts are not verified")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  sub->add_option("--draft-p-min", a.draft_p_min,
+                  "draft: stop drafting where the draft model's top probability (temperature 1) "
+                  "is below this (0 = never)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--spec-ngram-max", a.ngram_max, "ngram: longest suffix looked up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+}
+
+Expected<spec::Config> spec_config(const SpecArgs& a) {
+  spec::Config c;
+  if (!a.spec.empty()) {
+    SUSTAIN_ASSIGN_OR_RETURN(c.types, spec::parse_types(a.spec));
+  }
+  c.draft_max = a.draft_max;
+  c.draft_min = a.draft_min;
+  c.ngram_max = a.ngram_max;
+  c.draft_model = a.draft_model;
+  c.draft_p_min = a.draft_p_min;
+  SUSTAIN_ASSIGN_OR_RETURN(c.draft_k_type, kv_type(a.cache_type_k_draft, "--cache-type-k-draft"));
+  SUSTAIN_ASSIGN_OR_RETURN(c.draft_v_type, kv_type(a.cache_type_v_draft, "--cache-type-v-draft"));
+  SUSTAIN_TRY(spec::validate(c));
+  return c;
+}
+
+}  // namespace sustain::cli
