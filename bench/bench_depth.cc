@@ -41,6 +41,9 @@ struct Args {
   int reps = 3, threads = 0;
   bool random_fill = false;
   std::vector<bool> tiled = {true};  // --layout: page layouts of the block formats
+  // --verify: draft lengths k whose verify step (k + 1 tokens of one
+  // sequence, logits for each) is timed at every depth; empty = off.
+  std::vector<int64_t> verify;
 };
 
 [[noreturn]] void die(const std::string& m) {
@@ -91,10 +94,16 @@ Args parse(int argc, char** argv) {
       else if (v == "rows") a.tiled = {false};
       else if (v == "both") a.tiled = {false, true};
       else die("--layout must be tiled, rows or both, got '" + v + "'");
+    } else if (f == "--verify") {
+      for (auto& x : split(val())) a.verify.push_back(to_int("--verify", x, 0, 64));
     } else if (f == "-h" || f == "--help") {
       std::printf(
           "bench_depth -m MODEL [-d 0,4096,...] [-ctk f16,q8_0,q4_0:f16,...] [-p 512] [-n 64]\n"
           "            [-r 3] [-t THREADS] [--fill real|random] [--layout tiled|rows|both]\n"
+          "            [--verify 0,1,2,4,8,16]\n"
+          "  --verify: also time a speculative verify step (k + 1 tokens of one sequence,\n"
+          "            logits for each) at every depth, -n steps per k; prints ms per step\n"
+          "            and the cost relative to k = 0 (the verify-cost curve).\n"
           "  -ctk entries are K formats (V the same) or K:V pairs.\n"
           "  --layout: page layout of the 32-element block formats and fp8 (kv/tiled.h);\n"
           "            both "
@@ -228,7 +237,35 @@ int main(int argc, char** argv) {
         tg.push_back(double(a.n_gen) / sec);
         rewind();
       }
+      // The verify-cost curve: each step appends k + 1 tokens at `depth`
+      // and is rewound, so every step sees the same depth.
+      std::vector<double> verify_ms;
+      for (int64_t k : a.verify) {
+        if (!cache->reserve(t, k + 1).is_ok()) die("KV reserve failed");
+        Batch b;
+        b.seqs = {&t};
+        for (int64_t i = 0; i <= k; ++i) b.tokens.push_back({token(), 0, depth + i, true});
+        if (logits.size() < size_t(k + 1) * m.config().n_vocab)
+          logits.resize(size_t(k + 1) * m.config().n_vocab);
+        std::vector<double> ms;
+        for (int r = 0; r < a.reps; ++r) {
+          const auto t0 = Clock::now();
+          for (int64_t i = 0; i < a.n_gen; ++i) {
+            auto s = m.forward(b, *cache, ws, pool, logits.data());
+            if (!s.is_ok()) die(s.message());
+            if (saved >= 0) cache->states().copy(saved, t.state);
+          }
+          ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count() / a.n_gen);
+        }
+        rewind();
+        verify_ms.push_back(stat(ms).median);
+      }
       if (saved >= 0) cache->states().free(saved);
+      for (size_t i = 0; i < a.verify.size(); ++i)
+        std::printf("| verify | %s | %s | %lld | k=%lld | %.2f ms/step | %.2fx k=0 |\n",
+                    std::string(qtype_name(kt)).c_str(), std::string(qtype_name(vt)).c_str(),
+                    (long long)depth, (long long)a.verify[i], verify_ms[i],
+                    verify_ms[i] / verify_ms[0]);
       const Stat sp = a.n_prompt > 0 ? stat(pp) : Stat{}, st = stat(tg);
       char pps[64] = "-";
       if (a.n_prompt > 0) std::snprintf(pps, sizeof pps, "%.1f (%.1f..%.1f)", sp.median, sp.lo, sp.hi);
