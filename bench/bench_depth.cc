@@ -141,7 +141,11 @@ int main(int argc, char** argv) {
   ThreadPool pool(a.threads > 0 ? a.threads : ThreadPool::hardware_threads());
   const int64_t n_vocab = m.config().n_vocab;
   const int64_t max_depth = *std::max_element(a.depths.begin(), a.depths.end());
-  Workspace ws = m.make_workspace(std::max<int64_t>(a.n_prompt, 1), pool.size());
+  // Large enough for the prompt and every verify step in one chunk (a
+  // smaller workspace would split a verify step into single tokens).
+  int64_t ws_tokens = std::max<int64_t>(a.n_prompt, 1);
+  for (int64_t k : a.verify) ws_tokens = std::max(ws_tokens, k + 1);
+  Workspace ws = m.make_workspace(ws_tokens, pool.size());
   std::vector<float> logits(static_cast<size_t>(n_vocab));
   std::mt19937 rng(1234);
   auto token = [&] { return static_cast<int32_t>(3 + rng() % (n_vocab - 3)); };
