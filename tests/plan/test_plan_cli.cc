@@ -140,6 +140,8 @@ TEST(PlanCli, FlagErrors) {
       {"--preset qwen3-4b -m x.gguf", "-m FILE or --preset NAME"},
       {"-m /nonexistent/model.gguf", "/nonexistent/model.gguf"},
       {"--preset qwen3-4b --bandwidth 100,200", "--bandwidth '100,200'"},
+      {"--preset qwen3.5-27b --extra-bytes 12Q", "--extra-bytes '12Q'"},
+      {"--preset qwen3.5-27b --extra-bytes -5", "--extra-bytes '-5'"},
   };
   for (const Case& c : cases) {
     const CliResult r = run_cli(std::string("plan ") + c.args);

@@ -148,5 +148,29 @@ TEST(ServerShutdown, TimeoutOutOfRangeIsRefused) {
   }
 }
 
+// The hybrid-model and speculation flags out of range: refused before
+// anything loads, naming the flag.
+TEST(ServerFlags, StateAndSpeculationFlagsOutOfRangeAreRefused) {
+  for (const char* f : {"--state-snapshots -2", "--state-snapshots x", "--state-snapshots 5000",
+                        "--state-snapshot-interval 0", "--state-snapshot-interval 99999999",
+                        "--draft-max 0", "--draft-max 17", "--draft-p-min 1.5",
+                        "--spec-ngram-max 0"}) {
+    const std::string flag(f, std::string(f).find(' '));
+    const CliResult r = run_cli(std::string("serve -m unused.gguf ") + f);
+    EXPECT_EQ(r.exit_code, 2) << f << ": " << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << f << ": " << r.err;
+  }
+  // Checked after parsing, still before the model loads.
+  for (const auto& [f, says] : std::vector<std::pair<const char*, const char*>>{
+           {"--spec beam", "unknown proposer `beam`"},
+           {"--spec draft", "--draft-model"},
+           {"-md d.gguf", "--spec does not name `draft`"},
+           {"--spec ngram -ctkd q9", "--cache-type-k-draft"}}) {
+    const CliResult r = run_cli(std::string("serve -m unused.gguf ") + f);
+    EXPECT_NE(r.exit_code, 0) << f;
+    EXPECT_NE(r.err.find(says), std::string::npos) << f << ": " << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace sustain::test
