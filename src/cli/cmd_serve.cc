@@ -44,7 +44,13 @@ struct ServeArgs {
   bool deterministic = false;
   int max_n = 8;
   double shutdown_timeout_s = 10.0;
+  double header_timeout_s = 10.0, body_timeout_s = 60.0, write_timeout_s = 30.0;
+  int http_threads = 0;  // 0: parallel + max-queue + 8
 };
+
+std::chrono::milliseconds millis(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0 + 0.5));
+}
 
 std::string file_stem(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -91,7 +97,11 @@ int run_serve(const ServeArgs& a) {
   sc.limits.max_n = a.max_n;
   // Every request that can be running or queued holds a handler thread while
   // it waits, plus room for /health, /metrics and immediate 429s.
-  sc.http_threads = std::min(a.n_parallel + a.max_queue + 8, 1024);
+  sc.http_threads =
+      a.http_threads > 0 ? a.http_threads : std::min(a.n_parallel + a.max_queue + 8, 1024);
+  sc.header_timeout = millis(a.header_timeout_s);
+  sc.body_timeout = millis(a.body_timeout_s);
+  sc.write_timeout = millis(a.write_timeout_s);
   if (!a.chat_template_file.empty()) {
     auto t = read_text_file(a.chat_template_file, "--chat-template-file");
     if (!t) return fail(t.status().message());
@@ -184,9 +194,30 @@ Runner add_serve(CLI::App& app) {
                   "requests waiting beyond the running ones; more get 429")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
-  sub->add_option("--timeout", a->timeout_s, "socket read/write timeout in seconds")
+  sub->add_option("--timeout", a->timeout_s,
+                  "seconds any one socket read or write may wait, at most (the three below are "
+                  "finer)")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  sub->add_option("--header-timeout", a->header_timeout_s,
+                  "seconds a request's line and headers may take to arrive from its first byte "
+                  "(from the accept for a connection's first request); then 408 and close")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  sub->add_option("--body-timeout", a->body_timeout_s,
+                  "seconds a request's body may take to arrive after its headers; then 408")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 86400.0));
+  sub->add_option("--write-timeout", a->write_timeout_s,
+                  "seconds a response write may make no progress (the client stopped reading) "
+                  "before the response ends and its request is cancelled")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  sub->add_option("--http-threads", a->http_threads,
+                  "handler threads, one per open connection; connections past them get 503 "
+                  "with Retry-After at once (0: parallel + max-queue + 8, at most 1024)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
   sub->add_option("--chat-template-file", a->chat_template_file,
                   "Jinja chat template to use instead of the GGUF's tokenizer.chat_template");
   sub->add_option("--alias", a->alias, "model name reported by /v1/models (default: file name)");

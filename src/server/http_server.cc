@@ -1,6 +1,8 @@
-// The HTTP layer: cpp-httplib's server and thread pool, limits (413 / 431),
-// authentication (401), error bodies, and the small routes (/health,
-// /v1/models, /metrics). The completion routes are in completions.cc.
+// The HTTP layer: cpp-httplib's server over our connection handling
+// (connection.h: read and write deadlines, the handler pool and its
+// overflow), limits (408 / 413 / 431 / 503 busy), authentication (401),
+// error bodies, and the small routes (/health, /v1/models, /metrics). The
+// completion routes are in completions.cc.
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
@@ -14,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "server/connection.h"
 #include "server/server_state.h"
 #include "server/sse.h"
 
@@ -59,7 +62,9 @@ const char* default_message(int status) {
 }  // namespace
 
 int connection_socket(const httplib::Request& req) {
-  // httplib 0.11 does not hand the socket to handlers, but the connection is
+  // Handler threads of HttpServer know their connection.
+  if (const Connection* c = current_connection(); c != nullptr) return c->fd;
+  // Otherwise: httplib 0.11 does not hand the socket to handlers, but the connection is
   // unique by its two ports and the peer's address: find the descriptor
   // among this process's open sockets (a few dozen entries).
   DIR* dir = ::opendir("/proc/self/fd");
@@ -120,7 +125,7 @@ void send_error(ServerState& s, httplib::Response& res, const ApiError& e) {
 
 struct Server::Impl {
   ServerState state;
-  httplib::Server http;
+  HttpServer http;
   int port = -1;
 };
 
@@ -141,18 +146,39 @@ Expected<int> Server::bind() {
 
   // Every request that can wait on the engine holds a pool thread, so the
   // pool has room for all of them plus the quick routes (health, metrics, 429s).
+  // Connections past that are answered by the overflow threads at once.
   const int threads = cfg.http_threads > 0 ? cfg.http_threads : 8;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http.new_task_queue = [threads] { return new HandlerPool(threads, 2, 64); };
   http.set_payload_max_length(cfg.max_body_bytes);
   http.set_read_timeout(cfg.timeout_s, 0);
   http.set_write_timeout(cfg.timeout_s, 0);
   http.set_tcp_nodelay(true);
+  ConnectionLimits lim;
+  lim.header = cfg.header_timeout;
+  lim.body = cfg.body_timeout;
+  lim.write = cfg.write_timeout;
+  lim.max_wait = std::chrono::seconds(cfg.timeout_s);
+  lim.overflow_read = std::min(lim.overflow_read, lim.header);
+  // The exact limit is checked once the headers are parsed (431 below); the
+  // stream stops reading a little past it, whatever a client sends.
+  lim.max_header_bytes = cfg.max_header_bytes + 1024;
+  http.configure(lim, &st.counters);
 
   ServerState* sp = &st;
-  http.set_error_handler([sp](const httplib::Request&, httplib::Response& res) {
+  const ConnectionLimits* limp = &http.limits();
+  http.set_error_handler([sp, limp](const httplib::Request&, httplib::Response& res) {
     // Statuses httplib sets itself (404, 413, malformed requests) get an
     // OpenAI-style body too; handler-written errors already have one.
     if (!res.body.empty()) return;
+    // httplib reports a read that failed as a 400; say what failed.
+    const Connection* conn = current_connection();
+    if (conn != nullptr && conn->read_failure != ReadFailure::kNone && res.status == 400) {
+      auto [status, body] = read_failure_response(conn->read_failure, *limp);
+      res.status = status;
+      sp->counters.client_errors++;
+      res.set_content(body, "application/json");
+      return;
+    }
     ApiError e;
     e.status = res.status;
     e.message = default_message(res.status);
@@ -177,9 +203,10 @@ Expected<int> Server::bind() {
         res.set_content(error_body(e), "application/json");
       });
 
-  // Wraps a route: counts it, enforces the header limit and the API key.
-  auto guarded = [sp](bool needs_key, auto handler) {
-    return [sp, needs_key, handler](const httplib::Request& req, httplib::Response& res) {
+  // Wraps a route: counts it, enforces the header limit and the API key;
+  // `heavy` routes (completions) get a 503 on the overflow path.
+  auto guarded = [sp](bool needs_key, auto handler, bool heavy = false) {
+    return [sp, needs_key, handler, heavy](const httplib::Request& req, httplib::Response& res) {
       sp->counters.http_requests++;
       const size_t hb = header_bytes(req);
       if (hb > sp->config.max_header_bytes) {
@@ -201,6 +228,22 @@ Expected<int> Server::bind() {
                                   : "the API key is not valid",
                      "", "invalid_api_key"};
           send_error(*sp, res, e);
+          return;
+        }
+      }
+      if (heavy) {
+        const Connection* conn = current_connection();
+        if (conn != nullptr && conn->overflow) {
+          sp->counters.busy_rejections++;
+          res.set_header("Retry-After", "1");
+          res.status = 503;
+          res.set_content(
+              error_body(ApiError{503, "server_error",
+                                  fmt::format("every handler thread is busy ({} connections); "
+                                              "retry later",
+                                              sp->config.http_threads),
+                                  "", "server_busy"}),
+              "application/json");
           return;
         }
       }
@@ -241,14 +284,16 @@ Expected<int> Server::bind() {
              json body = {{"object", "list"}, {"data", json::array({m})}};
              res.set_content(to_json_text(body), "application/json");
            }));
-  http.Post("/v1/completions",
-            guarded(true, [sp](const httplib::Request& req, httplib::Response& res) {
-              handle_completion(*sp, req, res, Endpoint::kCompletions);
-            }));
-  http.Post("/v1/chat/completions",
-            guarded(true, [sp](const httplib::Request& req, httplib::Response& res) {
-              handle_completion(*sp, req, res, Endpoint::kChat);
-            }));
+  auto completion = [sp, &guarded](Endpoint ep) {
+    return guarded(
+        true,
+        [sp, ep](const httplib::Request& req, httplib::Response& res) {
+          handle_completion(*sp, req, res, ep);
+        },
+        true);
+  };
+  http.Post("/v1/completions", completion(Endpoint::kCompletions));
+  http.Post("/v1/chat/completions", completion(Endpoint::kChat));
 
   if (cfg.port == 0) {
     const int p = http.bind_to_any_port(cfg.host);

@@ -31,6 +31,9 @@ ServerCountersSnapshot snapshot(const ServerCounters& c) {
   s.client_errors = c.client_errors.load();
   s.disconnects = c.disconnects.load();
   s.completions_ok = c.completions_ok.load();
+  s.read_timeouts = c.read_timeouts.load();
+  s.write_timeouts = c.write_timeouts.load();
+  s.busy_rejections = c.busy_rejections.load();
   return s;
 }
 
@@ -64,6 +67,15 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
   metric(out, "sustain_client_disconnects_total", "counter",
          "requests whose client went away before the end (cancelled)",
          static_cast<double>(c.disconnects));
+  metric(out, "sustain_read_timeouts_total", "counter",
+         "requests whose headers or body did not arrive in time (408 or closed)",
+         static_cast<double>(c.read_timeouts));
+  metric(out, "sustain_write_timeouts_total", "counter",
+         "responses cut off because the client stopped reading (--write-timeout)",
+         static_cast<double>(c.write_timeouts));
+  metric(out, "sustain_busy_rejections_total", "counter",
+         "completions answered 503 because every handler thread was busy",
+         static_cast<double>(c.busy_rejections));
   if (s == nullptr) return out;
   metric(out, "sustain_requests_running", "gauge", "sequences being prefilled or decoded",
          s->running);

@@ -25,8 +25,15 @@ struct ServerConfig {
   std::string model_name = "model";  // reported by /v1/models and in responses
   std::string chat_template;         // Jinja source; "" = chat requests get a 400
   std::string chat_template_origin = "tokenizer.chat_template";
-  int http_threads = 8;                         // handler threads; each waiting request holds one
-  int timeout_s = 600;                          // socket read/write timeout
+  int http_threads = 8;  // handler threads; each waiting request holds one; past them, 503 at once
+  int timeout_s = 600;   // any one socket wait, at most
+  // A request's line and headers must arrive within header_timeout of its
+  // first byte, its body within body_timeout of the headers (else 408); a
+  // response write making no progress for write_timeout ends the response
+  // (a stream's request is cancelled). connection.h has the details.
+  std::chrono::milliseconds header_timeout{10'000};
+  std::chrono::milliseconds body_timeout{60'000};
+  std::chrono::milliseconds write_timeout{30'000};
   size_t max_body_bytes = 8u << 20;             // larger bodies → 413
   size_t max_header_bytes = 16u << 10;          // request line + headers; larger → 431
   int64_t default_max_tokens_completions = 16;  // OpenAI's default for /v1/completions

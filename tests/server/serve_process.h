@@ -42,8 +42,8 @@ inline std::string server_model() {
 
 class ServeProcess {
  public:
-  // `args` follow `sustain serve -m MODEL --port 0 -t 2`; MODEL is the
-  // synthetic server_model() unless `model` names another file.
+  // `args` follow `sustain serve -m MODEL --port 0 -t 2`; MODEL is
+  // server_model() unless `model` is given.
   static std::unique_ptr<ServeProcess> start(const std::string& args, std::string* why,
                                              const std::string& model = "") {
     auto p = std::unique_ptr<ServeProcess>(new ServeProcess());
@@ -55,8 +55,9 @@ class ServeProcess {
     static int counter = 0;
     p->err_path_ = tmp_path("serve_stderr_" + std::to_string(getpid()) + "_" +
                             std::to_string(counter++) + ".txt");
-    const std::string cmd = "exec " + std::string(SUSTAIN_BINARY) + " serve -m " + (model.empty() ? server_model() : model) +
-                            " --port 0 -t 2 " + args + " </dev/null 2>" + p->err_path_;
+    const std::string cmd = "exec " + std::string(SUSTAIN_BINARY) + " serve -m " +
+                            (model.empty() ? server_model() : model) + " --port 0 -t 2 " + args +
+                            " </dev/null 2>" + p->err_path_;
     p->pid_ = fork();
     if (p->pid_ == 0) {
       dup2(fds[1], 1);
