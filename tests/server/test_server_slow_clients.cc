@@ -228,6 +228,7 @@ TEST(ServerSlowClients, HeadersThatNeverEndAreCutAt431) {
   EXPECT_EQ(status_of(reply), 431) << reply.substr(0, 300);
   EXPECT_TRUE(body_of(reply).contains("error")) << reply.substr(0, 300);
   EXPECT_LT(sent, 4u << 20) << "the server should stop reading long before";
+  std::printf("431 after the client had sent %zu KiB of headers\n", sent >> 10);
   auto c = srv->client(10);
   auto r = c.Get("/health");
   ASSERT_TRUE(r);
@@ -310,6 +311,7 @@ TEST(ServerSlowClients, EveryHandlerThreadBusyGets503AtOnce) {
   const json j = json::parse(r->body);
   EXPECT_EQ(j["error"]["code"], "server_busy");
   EXPECT_LT(took, 1.0);
+  std::printf("503 with every handler thread busy after %.1f ms\n", took * 1000.0);
   // /health and /metrics are still answered on the overflow path.
   auto h = srv->client(10).Get("/health");
   ASSERT_TRUE(h);
@@ -327,14 +329,14 @@ TEST(ServerSlowClients, EveryHandlerThreadBusyGets503AtOnce) {
 
 TEST(ServerSlowClients, HealthAnswersFastWhileALongPromptPrefills) {
   SUSTAIN_REQUIRE_REF();
-  // aidreams260K with 16-token ubatches: an 8000-token prompt is 500 forward
+  // aidreams260K with 16-token ubatches: a 12000-token prompt is 750 forward
   // calls, each attending over everything before it.
   std::string why;
   auto srv =
       ServeProcess::start("-c 16384 -ub 16 -np 2", &why, ref_path("models/aidreams260K-Q8_0.gguf"));
   ASSERT_TRUE(srv != nullptr) << why;
   json ids = json::array();
-  for (int i = 0; i < 8000; ++i) ids.push_back(3 + (i * 7) % 500);
+  for (int i = 0; i < 12000; ++i) ids.push_back(3 + (i * 7) % 500);
   const std::string body = json{{"prompt", ids}, {"max_tokens", 1}}.dump();
   std::atomic<bool> done{false};
   const auto t0 = Clock::now();
