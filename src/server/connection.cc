@@ -100,8 +100,13 @@ std::pair<int, std::string> read_failure_response(ReadFailure f, const Connectio
 // DeadlineStream
 
 DeadlineStream::DeadlineStream(int fd, Connection& conn, const ConnectionLimits& lim,
-                               std::chrono::milliseconds body_budget)
-    : fd_(fd), conn_(&conn), lim_(&lim), body_budget_(body_budget) {}
+                               std::chrono::milliseconds body_budget,
+                               std::function<bool()> stopping)
+    : fd_(fd),
+      conn_(&conn),
+      lim_(&lim),
+      body_budget_(body_budget),
+      stopping_(std::move(stopping)) {}
 
 void DeadlineStream::start_request(Clock::time_point header_deadline) {
   deadline_ = header_deadline;
@@ -152,12 +157,18 @@ bool DeadlineStream::is_writable() const {
 
 ssize_t DeadlineStream::read(char* ptr, size_t size) {
   if (pos_ == len_) {
+    const auto until = std::min(deadline_, Clock::now() + lim_->max_wait);
     for (;;) {
-      if (!wait(POLLIN, deadline_)) {
-        if (Clock::now() >= deadline_)
+      // In slices, so that a server stopping does not wait for the deadline.
+      if (!wait(POLLIN, std::min(until, Clock::now() + std::chrono::milliseconds(100)))) {
+        const auto now = Clock::now();
+        if (now >= deadline_) {
           conn_->read_failure =
               in_headers_ ? ReadFailure::kHeaderTimeout : ReadFailure::kBodyTimeout;
-        return -1;
+          return -1;
+        }
+        if (now >= until || stopping_()) return -1;
+        continue;
       }
       const ssize_t n = ::recv(fd_, buf_, sizeof buf_, MSG_DONTWAIT);
       if (n > 0) {
@@ -339,9 +350,9 @@ bool HttpServer::serve(int sock, Connection& conn) {
       conn.overflow ? std::min(limits_.header, limits_.overflow_read) : limits_.header;
   const auto body_budget =
       conn.overflow ? std::min(limits_.body, limits_.overflow_read) : limits_.body;
-  DeadlineStream strm(sock, conn, limits_, body_budget);
-  const size_t count = conn.overflow ? 1 : std::max<size_t>(keep_alive_max_count_, 1);
   auto stopping = [this] { return svr_sock_ == INVALID_SOCKET; };
+  DeadlineStream strm(sock, conn, limits_, body_budget, stopping);
+  const size_t count = conn.overflow ? 1 : std::max<size_t>(keep_alive_max_count_, 1);
   bool ret = false;
   for (size_t i = 0; i < count && !stopping(); ++i) {
     if (i == 0) {

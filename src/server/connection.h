@@ -72,8 +72,9 @@ std::pair<int, std::string> read_failure_response(ReadFailure f, const Connectio
 class DeadlineStream final : public httplib::Stream {
  public:
   using Clock = std::chrono::steady_clock;
+  // Reads also end (failing) once `stopping` is true: the server stops.
   DeadlineStream(int fd, Connection& conn, const ConnectionLimits& lim,
-                 std::chrono::milliseconds body_budget);
+                 std::chrono::milliseconds body_budget, std::function<bool()> stopping);
 
   // A new request: its headers are due by `header_deadline`.
   void start_request(Clock::time_point header_deadline);
@@ -101,6 +102,7 @@ class DeadlineStream final : public httplib::Stream {
   Connection* conn_;
   const ConnectionLimits* lim_;
   std::chrono::milliseconds body_budget_;
+  std::function<bool()> stopping_;
   char buf_[4096];
   size_t pos_ = 0, len_ = 0;
   bool in_headers_ = true;
