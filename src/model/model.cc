@@ -257,7 +257,7 @@ Status Model::forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& 
 }
 
 Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, ThreadPool& pool,
-                      float* logits, float* hidden) const {
+                      float* logits, float* hidden, float* hidden_all) const {
   SUSTAIN_TRY(check_batch(cfg_, batch));
   if (hidden && !logits)
     return error(Code::kInvalidArgument, "forward: hidden states come with logits");
@@ -274,6 +274,13 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
     for (int64_t i = b0; i < b1; ++i) rows += batch.tokens[static_cast<size_t>(i)].logits;
     if (hidden)
       std::copy_n(ws.logits_in.data(), rows * cfg_.n_embd, hidden + logit_row * cfg_.n_embd);
+    if (hidden_all) {
+      // ws.x holds the chunk's final residual stream (output_head reads it).
+      const int64_t d = cfg_.n_embd;
+      for (int64_t i = b0; i < b1; ++i)
+        kernels::rms_norm(ws.x.data() + (i - b0) * d, w_.output_norm.data(), hidden_all + i * d,
+                          d, cfg_.rms_eps);
+    }
     logit_row += rows;
   }
   return Status::ok();

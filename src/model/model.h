@@ -100,9 +100,11 @@ class Model {
   // one run in position order that starts where its state stands.
   // `hidden` (optional, with logits): the normed final hidden state of the
   // same tokens [n_logits × n_embd], what the LM head multiplies and an MTP
-  // block takes as input.
+  // block takes as input. `hidden_all` (optional, logits or not): the same
+  // for every token of the batch, in batch order [n_tokens × n_embd] (the
+  // MTP proposer feeds its block every position).
   Status forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, ThreadPool& pool,
-                 float* logits, float* hidden = nullptr) const;
+                 float* logits, float* hidden = nullptr, float* hidden_all = nullptr) const;
 
   // The model's MTP / NextN block (qwen35; kUnsupported for a model without
   // one): token t of the batch with h_prev row t — the `hidden` of the

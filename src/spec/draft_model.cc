@@ -3,37 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "spec/draw.h"
+
 namespace sustain::spec {
-namespace {
-
-// The draft samples at the request's temperature and truncation, so that q
-// is close to the target's p; penalties, logit bias and constraints are the
-// target's business (they act on p at verification, and q may be anything
-// the draft was really drawn from).
-sampling::SamplerConfig draft_sampling(const sampling::SamplerConfig& r) {
-  sampling::SamplerConfig c;
-  c.temperature = r.temperature;
-  c.top_k = r.top_k;
-  c.top_p = r.top_p;
-  c.min_p = r.min_p;
-  c.repeat_penalty = 1.0f;
-  c.repeat_last_n = 0;
-  c.presence_penalty = 0.0f;
-  c.frequency_penalty = 0.0f;
-  c.seed = r.seed ^ 0x9E3779B97F4A7C15ull;  // its own stream, not the target's draws
-  return c;
-}
-
-// Probability of the most likely token under softmax at temperature 1.
-float top_probability(const float* row, int64_t n) {
-  float mx = row[0];
-  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, row[i]);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
-  return static_cast<float>(1.0 / sum);
-}
-
-}  // namespace
 
 Expected<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(
     std::unique_ptr<Model> model, const DraftModelOptions& o, ThreadPool& pool) {
@@ -64,14 +36,7 @@ void DraftModelProposer::forget(uint64_t seq) {
 }
 
 bool DraftModelProposer::draw(Job& j, SeqState& s, const float* row) {
-  const int64_t n_vocab = model_->config().n_vocab;
-  if (opt_.p_min > 0.0f && top_probability(row, n_vocab) < opt_.p_min) return false;
-  const int32_t tok = s.sampler->sample(row, static_cast<int32_t>(n_vocab));
-  probs_.resize(s.sampler->n_live());
-  const size_t n = s.sampler->top_probs(probs_);
-  j.out->tokens.push_back(tok);
-  j.out->q.emplace_back(probs_.begin(), probs_.begin() + static_cast<std::ptrdiff_t>(n));
-  return true;
+  return draw_token(*s.sampler, row, model_->config().n_vocab, opt_.p_min, *j.out, probs_);
 }
 
 bool DraftModelProposer::catch_up(std::span<Job> jobs, std::span<SeqState*> st) {

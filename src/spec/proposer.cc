@@ -13,14 +13,10 @@ Status validate(const Config& c) {
   if (c.ngram_max < 1 || c.ngram_max > 16)
     return error(Code::kInvalidArgument, "--spec-ngram-max {} is out of range (1..16)",
                  c.ngram_max);
-  for (const std::string& t : c.types) {
-    if (t == "mtp")
-      return error(Code::kUnsupported,
-                   "--spec mtp: the MTP proposer is not implemented yet (available: ngram, draft)");
-    if (t != "ngram" && t != "draft")
-      return error(Code::kInvalidArgument, "--spec: unknown proposer `{}` (available: ngram, draft)",
-                   t);
-  }
+  for (const std::string& t : c.types)
+    if (t != "ngram" && t != "draft" && t != "mtp")
+      return error(Code::kInvalidArgument,
+                   "--spec: unknown proposer `{}` (available: ngram, draft, mtp)", t);
   if (c.uses("draft") && c.draft_model.empty())
     return error(Code::kInvalidArgument, "--spec draft needs --draft-model FILE");
   if (!c.uses("draft") && !c.draft_model.empty())
@@ -44,8 +40,8 @@ Expected<std::vector<std::string>> parse_types(const std::string& list) {
   }
   for (const std::string& t : out)
     if (t != "ngram" && t != "draft" && t != "mtp")
-      return error(Code::kInvalidArgument, "--spec: unknown proposer `{}` (available: ngram, draft)",
-                   t);
+      return error(Code::kInvalidArgument,
+                   "--spec: unknown proposer `{}` (available: ngram, draft, mtp)", t);
   return out;
 }
 

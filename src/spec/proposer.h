@@ -39,6 +39,17 @@ struct Draft {
   }
 };
 
+// What one sequence's step computed, for a proposer that drafts from the
+// target's hidden states (mtp): the main model's normed final hidden state
+// of positions [pos, pos + n), all of them verified, and the sequence's
+// tokens so far (prompt + output, the last one not yet computed).
+struct Observed {
+  uint64_t seq = 0;
+  std::span<const int32_t> tokens;
+  int64_t pos = 0, n = 0;
+  const float* hidden = nullptr;  // [n × n_embd]
+};
+
 // One sequence that wants a draft this step.
 struct Job {
   uint64_t seq = 0;                 // the engine's id of the sequence (forget() takes it)
@@ -62,6 +73,10 @@ class Proposer {
   virtual void propose(std::span<const int32_t> tokens, int k, std::vector<int32_t>& out) {}
   // The sequence left (finished, cancelled, preempted): drop what is kept for it.
   virtual void forget(uint64_t seq) {}
+  // Proposers that need the target's hidden states say so; the engine then
+  // hands them, after every step, what each running sequence computed.
+  virtual bool wants_hidden() const { return false; }
+  virtual void observe(std::span<const Observed> steps) {}
 };
 
 struct Config {

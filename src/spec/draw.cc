@@ -1,0 +1,41 @@
+#include "spec/draw.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sustain::spec {
+
+sampling::SamplerConfig draft_sampling(const sampling::SamplerConfig& r) {
+  sampling::SamplerConfig c;
+  c.temperature = r.temperature;
+  c.top_k = r.top_k;
+  c.top_p = r.top_p;
+  c.min_p = r.min_p;
+  c.repeat_penalty = 1.0f;
+  c.repeat_last_n = 0;
+  c.presence_penalty = 0.0f;
+  c.frequency_penalty = 0.0f;
+  c.seed = r.seed ^ 0x9E3779B97F4A7C15ull;
+  return c;
+}
+
+float top_probability(const float* row, int64_t n) {
+  float mx = row[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, row[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
+  return static_cast<float>(1.0 / sum);
+}
+
+bool draw_token(sampling::Sampler& sampler, const float* row, int64_t n_vocab, float p_min,
+                Draft& out, std::vector<sampling::TokenProb>& scratch) {
+  if (p_min > 0.0f && top_probability(row, n_vocab) < p_min) return false;
+  const int32_t tok = sampler.sample(row, static_cast<int32_t>(n_vocab));
+  scratch.resize(sampler.n_live());
+  const size_t n = sampler.top_probs(scratch);
+  out.tokens.push_back(tok);
+  out.q.emplace_back(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(n));
+  return true;
+}
+
+}  // namespace sustain::spec

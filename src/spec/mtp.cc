@@ -1,0 +1,142 @@
+#include "spec/mtp.h"
+
+#include <algorithm>
+
+#include "spec/draw.h"
+
+namespace sustain::spec {
+
+Expected<std::unique_ptr<MtpProposer>> MtpProposer::create(const Model& target, const MtpOptions& o,
+                                                           ThreadPool& pool) {
+  const ArchConfig& c = target.config();
+  if (c.n_nextn == 0)
+    return error(Code::kUnsupported,
+                 "--spec mtp: {} has no MTP/NextN block ({}.nextn_predict_layers is 0); use "
+                 "--spec ngram or --spec draft",
+                 target.file().path(), arch_name(c.arch));
+  if (o.pool_tokens <= 0 || o.ubatch_tokens <= 0)
+    return error(Code::kInvalidArgument, "mtp: pool and ubatch tokens must be > 0");
+  std::unique_ptr<MtpProposer> p(new MtpProposer(target, o, pool));
+  const kv::KvGeometry g = target.mtp_kv_geometry(QType::F16, QType::F16, o.page_tokens);
+  SUSTAIN_TRY(kv::validate(g));
+  auto cache = kv::KvCache::create(g, o.pool_tokens);
+  if (!cache) return error(cache.status().code(), "mtp KV: {}", cache.status().message());
+  p->cache_.emplace(std::move(*cache));
+  p->ws_ = target.make_workspace(o.ubatch_tokens, pool.size());
+  return p;
+}
+
+void MtpProposer::forget(uint64_t seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  cache_->release(it->second.table);
+  seqs_.erase(it);
+}
+
+const float* MtpProposer::next_logits(uint64_t seq, int64_t* pos) const {
+  auto it = seqs_.find(seq);
+  const bool has = it != seqs_.end() && it->second.logits_pos >= 0;
+  if (pos != nullptr) *pos = has ? it->second.logits_pos : -1;
+  return has ? it->second.logits.data() : nullptr;
+}
+
+bool MtpProposer::run(const std::vector<std::pair<SeqState*, int64_t>>& logit_seqs) {
+  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  logits_.resize(std::max<size_t>(1, logit_seqs.size()) * n_vocab);
+  if (!model_.forward_mtp(batch_, h_prev_.data(), *cache_, ws_, pool_, logits_.data()).is_ok())
+    return false;
+  for (size_t r = 0; r < logit_seqs.size(); ++r) {
+    SeqState* s = logit_seqs[r].first;
+    s->logits.assign(logits_.begin() + static_cast<std::ptrdiff_t>(r * n_vocab),
+                     logits_.begin() + static_cast<std::ptrdiff_t>((r + 1) * n_vocab));
+    s->logits_pos = logit_seqs[r].second;
+  }
+  return true;
+}
+
+void MtpProposer::observe(std::span<const Observed> steps) {
+  const int64_t d = model_.config().n_embd;
+  std::vector<std::pair<SeqState*, int64_t>> logit_seqs;
+  std::vector<uint64_t> touched;
+  bool failed = false;
+  auto flush = [&] {
+    if (!batch_.tokens.empty() && !run(logit_seqs)) failed = true;
+    batch_.tokens.clear();
+    batch_.seqs.clear();
+    h_prev_.clear();
+    logit_seqs.clear();
+  };
+  flush();
+  for (const Observed& o : steps) {
+    if (o.tokens.empty() || o.n < 0 || failed) continue;
+    SeqState& s = seqs_[o.seq];
+    const int64_t last = static_cast<int64_t>(o.tokens.size()) - 1;  // not computed by the target
+    // Recomputed from an earlier position: later entries rest on other states.
+    if (o.pos + 1 < s.done) {
+      cache_->truncate(s.table, o.pos + 1);
+      s.done = o.pos + 1;
+      s.has_h_next = false;
+    }
+    s.logits_pos = -1;
+    const int64_t done_before = s.done;
+    // Entry i needs token i and the hidden state at i − 1: computable up to
+    // the last hidden state observed, and up to the last known token.
+    const int64_t end = std::min(o.pos + o.n, last);
+    auto hidden_at = [&](int64_t p) -> const float* {
+      if (p >= o.pos && p < o.pos + o.n) return o.hidden + (p - o.pos) * d;
+      return nullptr;
+    };
+    if (end >= s.done) {
+      if (!cache_->reserve(s.table, end + 1 - s.done).is_ok()) {
+        forget(o.seq);  // out of pages: no drafts for it
+        continue;
+      }
+      touched.push_back(o.seq);
+      auto si = static_cast<int32_t>(batch_.seqs.size());
+      batch_.seqs.push_back(&s.table);
+      for (int64_t i = s.done; i <= end; ++i) {
+        if (static_cast<int64_t>(batch_.tokens.size()) >= opt_.ubatch_tokens) {
+          flush();  // bounded memory for a long catch-up; the rest goes on in a new batch
+          si = static_cast<int32_t>(batch_.seqs.size());
+          batch_.seqs.push_back(&s.table);
+        }
+        const float* h = i == 0 ? nullptr : hidden_at(i - 1);
+        if (h == nullptr && i == s.done && s.has_h_next) h = s.h_next.data();
+        // A position whose hidden state the target never computed (a prefix
+        // served from the cache) gets zeros, as position 0 does.
+        if (h != nullptr) {
+          h_prev_.insert(h_prev_.end(), h, h + d);
+        } else {
+          h_prev_.resize(h_prev_.size() + static_cast<size_t>(d), 0.0f);
+        }
+        batch_.tokens.push_back({o.tokens[static_cast<size_t>(i)], si, i, i == last});
+        if (i == last) logit_seqs.emplace_back(&s, i);
+      }
+      s.done = end + 1;
+    }
+    // Keep the hidden state the next entry needs (position done − 1).
+    if (const float* h = hidden_at(s.done - 1)) {
+      s.h_next.assign(h, h + d);
+      s.has_h_next = true;
+    } else if (s.done != done_before) {
+      s.has_h_next = false;
+    }
+  }
+  flush();
+  if (failed)
+    for (uint64_t id : touched) forget(id);
+}
+
+void MtpProposer::propose_batch(std::span<Job> jobs) {
+  const int64_t n_vocab = model_.config().n_vocab;
+  for (Job& j : jobs) {
+    auto it = seqs_.find(j.seq);
+    if (it == seqs_.end() || j.k < 1 || j.tokens.empty()) continue;
+    SeqState& s = it->second;
+    if (s.logits_pos != static_cast<int64_t>(j.tokens.size()) - 1) continue;
+    if (!s.sampler) s.sampler.emplace(draft_sampling(*j.sampling));
+    draw_token(*s.sampler, s.logits.data(), n_vocab, opt_.p_min, *j.out, probs_);
+  }
+}
+
+}  // namespace sustain::spec

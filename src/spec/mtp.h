@@ -1,0 +1,90 @@
+// The "mtp" proposer: the target's own MTP / NextN block (Qwen3.5's
+// blk.N.nextn.*, Model::forward_mtp) drafts the token after the next one.
+//
+// The block is one more transformer layer with a KV of its own. Its entry at
+// position i takes token i and the main model's normed final hidden state at
+// position i − 1 (zeros at 0), and its logits there predict token i + 1.
+// After every engine step the proposer is handed what each running sequence
+// computed (Proposer::observe: the verified positions and their hidden
+// states) and feeds the block every entry that has become computable, in one
+// batched forward over all sequences; the entry of the sequence's last token
+// (sampled, not yet computed by the target) leaves logits for the next
+// position, from which the next step's draft is drawn at the request's
+// temperature (q is kept, so the engine verifies by rejection sampling).
+// Only verified tokens ever enter the block's KV, so a rejected draft needs
+// no rollback.
+//
+// What it does not do (docs/speculative.md): draft more than one token a
+// step (chaining the block's own hidden state into a second pass is not
+// built), and see the hidden states of prompt positions the prefix cache
+// served (the target computed nothing there): those entries get zeros, so
+// drafts after a cached prefix are worse, never wrong. Its KV lives in a
+// pool of its own that mirrors the target's, in f16.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "spec/proposer.h"
+
+namespace sustain::spec {
+
+struct MtpOptions {
+  int page_tokens = 32;
+  int64_t pool_tokens = 0;  // KV tokens over all sequences (> 0)
+  int64_t ubatch_tokens = 512;
+  float p_min = 0.0f;  // no draft below this top probability (temperature 1)
+};
+
+class MtpProposer final : public Proposer {
+ public:
+  // `target` is the engine's model (it must have an MTP block) and, like
+  // `pool`, must outlive the proposer.
+  static Expected<std::unique_ptr<MtpProposer>> create(const Model& target, const MtpOptions& o,
+                                                       ThreadPool& pool);
+  const char* name() const override { return "mtp"; }
+  bool wants_hidden() const override { return true; }
+  void observe(std::span<const Observed> steps) override;
+  void propose_batch(std::span<Job> jobs) override;
+  void forget(uint64_t seq) override;
+
+  int64_t kv_bytes() const { return static_cast<int64_t>(cache_->bytes_allocated()); }
+  int32_t pages_in_use() const { return cache_->n_pages() - cache_->n_free_pages(); }
+  // The block's logits at the sequence's last token (what its next draft is
+  // drawn from) and that token's position, or nullptr / -1.
+  const float* next_logits(uint64_t seq, int64_t* pos = nullptr) const;
+
+ private:
+  struct SeqState {
+    kv::PageTable table;  // the block's K/V of positions [0, done)
+    int64_t done = 0;
+    std::vector<float> h_next;  // the main hidden at position done − 1, when known
+    bool has_h_next = false;
+    int64_t logits_pos = -1;  // the position whose entry left `logits`
+    std::vector<float> logits;
+    std::optional<sampling::Sampler> sampler;
+  };
+  MtpProposer(const Model& m, const MtpOptions& o, ThreadPool& pool)
+      : model_(m), opt_(o), pool_(pool) {}
+  // Runs batch_ / h_prev_ through the block; rows with logits go to the
+  // sequences in `logit_seqs` (batch order). false: the forward failed.
+  bool run(const std::vector<std::pair<SeqState*, int64_t>>& logit_seqs);
+
+  const Model& model_;
+  MtpOptions opt_;
+  ThreadPool& pool_;
+  std::optional<kv::KvCache> cache_;
+  Workspace ws_;
+  Batch batch_;
+  std::vector<float> h_prev_, logits_;
+  std::vector<sampling::TokenProb> probs_;
+  std::unordered_map<uint64_t, SeqState> seqs_;
+};
+
+}  // namespace sustain::spec

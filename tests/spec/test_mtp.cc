@@ -1,0 +1,138 @@
+// The mtp proposer (spec/mtp.h) against llama.cpp's MTP logits: fed the way
+// the engine feeds it (our own main forward's hidden states, handed over
+// step by step as prefill chunks and decode steps would), the block's
+// logits at every reference position agree with the reference; a split
+// into other chunks gives the same logits.
+#include <gtest/gtest.h>
+
+#include <optional>
+
+#include "engine/api.h"
+#include "model/model.h"
+#include "model/ref_compare.h"
+#include "spec/mtp.h"
+#include "test_util.h"
+
+namespace sustain::test {
+namespace {
+
+struct Main {
+  std::unique_ptr<Model> model;
+  std::optional<kv::KvCache> cache;
+  std::unique_ptr<ThreadPool> pool;
+  Workspace ws;
+};
+
+Main open_main(const std::string& path) {
+  Main m;
+  auto md = Model::load(path);
+  EXPECT_TRUE(md.has_value()) << md.status().message();
+  if (!md) return m;
+  m.model = std::move(md).value();
+  auto c = kv::KvCache::create(m.model->kv_geometry(QType::F16, QType::F16, 32, 1), 1024);
+  EXPECT_TRUE(c.has_value()) << c.status().message();
+  if (c) m.cache.emplace(std::move(c).value());
+  m.pool = std::make_unique<ThreadPool>(2);
+  m.ws = m.model->make_workspace(512, 2);
+  return m;
+}
+
+// Every prompt token's hidden state from the main forward's hidden_all.
+std::vector<float> main_hidden(Main& m, const std::vector<int32_t>& tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = m.model->config().n_embd;
+  kv::PageTable t;
+  EXPECT_TRUE(m.cache->reserve(t, n).is_ok());
+  Batch b;
+  b.seqs = {&t};
+  for (int64_t i = 0; i < n; ++i) b.tokens.push_back({tokens[size_t(i)], 0, i, i + 1 == n});
+  std::vector<float> logits(m.model->config().n_vocab), last(d), all(size_t(n * d));
+  EXPECT_TRUE(
+      m.model->forward(b, *m.cache, m.ws, *m.pool, logits.data(), last.data(), all.data()).is_ok());
+  // hidden_all's last row is the `hidden` of the one logits row.
+  for (int64_t k = 0; k < d; ++k) EXPECT_EQ(all[size_t((n - 1) * d + k)], last[size_t(k)]);
+  m.cache->release(t);
+  return all;
+}
+
+// Feeds the proposer as the engine would: after each "step", the tokens
+// known so far and the hidden states of the positions the target computed.
+// Returns the block's logits at each position `cuts` ends on.
+std::vector<std::vector<float>> feed(spec::MtpProposer& p, const std::vector<int32_t>& tokens,
+                                     const std::vector<float>& h, int64_t d, int64_t n_vocab,
+                                     const std::vector<int64_t>& cuts) {
+  std::vector<std::vector<float>> rows(tokens.size());
+  int64_t computed = 0;  // positions whose hidden state was handed over
+  for (int64_t last : cuts) {
+    // Tokens 0..last are known; the target computed 0..last-1.
+    spec::Observed o{7, std::span<const int32_t>(tokens.data(), size_t(last + 1)), computed,
+                     last - computed, h.data() + computed * d};
+    p.observe(std::span<const spec::Observed>(&o, 1));
+    computed = last;
+    int64_t pos = -1;
+    const float* l = p.next_logits(7, &pos);
+    EXPECT_EQ(pos, last);
+    EXPECT_NE(l, nullptr);
+    if (l) rows[size_t(last)].assign(l, l + n_vocab);
+  }
+  p.forget(7);
+  EXPECT_EQ(p.pages_in_use(), 0);
+  return rows;
+}
+
+const RefCase kCases[] = {
+    {"tiny-qwen35-f32", "p1_short", "kvf16", kF32Err, kF32Argmax, kF32Kl},
+    {"tiny-qwen35-f32", "p2_medium", "kvf16", kF32Err, kF32Argmax, kF32Kl},
+    {"tiny-qwen35-Q8_0", "p2_medium", "kvf16", kQErr, kQArgmax, kQKl},
+};
+
+class MtpProposerVsLlamaCpp : public ::testing::TestWithParam<RefCase> {};
+
+TEST_P(MtpProposerVsLlamaCpp, StepByStepFeedingGivesTheReferenceDraftLogits) {
+  SUSTAIN_REQUIRE_REF();
+  const RefCase& c = GetParam();
+  const std::string stem = std::string(c.model) + "." + c.prompt + "." + c.cfg + ".mtp";
+  const RefData ref = read_ref(stem);
+  ASSERT_FALSE(HasFailure());
+  Main m = open_main(ref_path("models/" + std::string(c.model) + ".gguf"));
+  ASSERT_TRUE(m.model && m.cache);
+  const int64_t d = m.model->config().n_embd, V = m.model->config().n_vocab;
+  const std::vector<float> h = main_hidden(m, ref.tokens);
+  spec::MtpOptions o;
+  o.pool_tokens = 1024;
+  o.ubatch_tokens = 8;  // a catch-up longer than this runs in several batches
+  auto p = spec::MtpProposer::create(*m.model, o, *m.pool);
+  ASSERT_TRUE(p.has_value()) << p.status().message();
+  // One step per position, as decode runs: the logits at every position.
+  const int64_t n = static_cast<int64_t>(ref.tokens.size());
+  std::vector<int64_t> every;
+  for (int64_t i = 0; i < n; ++i) every.push_back(i);
+  const auto rows = feed(**p, ref.tokens, h, d, V, every);
+  check_against_ref(c, ref, rows, "mtp proposer " + stem);
+  // Steps that end only at the reference positions (long prefill chunks,
+  // several batches each): the same logits there.
+  std::vector<int64_t> cuts(ref.positions.begin(), ref.positions.end());
+  const auto chunked = feed(**p, ref.tokens, h, d, V, cuts);
+  for (int64_t pos : cuts) {
+    ASSERT_EQ(chunked[size_t(pos)].size(), size_t(V)) << pos;
+    for (int64_t k = 0; k < V; ++k)
+      ASSERT_NEAR(chunked[size_t(pos)][size_t(k)], rows[size_t(pos)][size_t(k)], 1e-4f)
+          << "position " << pos << ", token " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ref, MtpProposerVsLlamaCpp, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return case_name(info.param); });
+
+TEST(MtpProposer, AModelWithoutAnMtpBlockIsRefused) {
+  SUSTAIN_REQUIRE_REF();
+  Main m = open_main(ref_path("models/tiny-qwen3-Q4_K_M.gguf"));
+  ASSERT_TRUE(m.model);
+  auto p = spec::MtpProposer::create(*m.model, spec::MtpOptions{32, 256, 64, 0.0f}, *m.pool);
+  ASSERT_FALSE(p.has_value());
+  EXPECT_EQ(p.status().code(), Code::kUnsupported);
+  EXPECT_NE(p.status().message().find("no MTP/NextN block"), std::string::npos)
+      << p.status().message();
+}
+
+}  // namespace
+}  // namespace sustain::test
