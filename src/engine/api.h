@@ -36,6 +36,13 @@ namespace sustain::engine {
 
 using Clock = std::chrono::steady_clock;
 
+// EngineConfig::tpot_target_ms: the target follows the step's own cost.
+constexpr double kTpotAuto = -1;
+constexpr double kAutoTpotMultiple = 4.0;
+// While a target holds, a prefill chunk is never cut below this many tokens
+// (the prompt's progress when the decoding streams alone exceed the target).
+constexpr int64_t kMinPrefillChunk = 16;
+
 struct EngineConfig {
   std::string model_path;
   int n_threads = 0;            // 0 = every core this process may use
@@ -62,6 +69,18 @@ struct EngineConfig {
   int32_t state_snapshots = -1;
   int32_t state_snapshot_interval = 1024;  // tokens, rounded up to whole pages
   int max_queue = 256;          // waiting requests beyond this are rejected (kUnavailable)
+  // The latency target the scheduler keeps for running streams (time per
+  // output token, ms; docs/engine.md): while sequences decode, each step's
+  // prefill chunk is cut to what a cost model of the step (step_cost.h,
+  // learned online) says fits in the target. 0 = off (prefill takes the
+  // whole batch_tokens budget); kTpotAuto = kAutoTpotMultiple × the predicted
+  // cost of the step without prefill. A request may tighten it
+  // (Request::tpot_target_ms). The deterministic mode ignores it.
+  double tpot_target_ms = -1;
+  // Prefill order: shortest remaining prompt first, except that a prompt
+  // admitted this many seconds ago or more goes first (oldest first), so a
+  // long prompt is never starved by a stream of short ones.
+  double prefill_age_bound_s = 5.0;
   // Every sequence runs in a batch of its own composition-independent shape:
   // at temperature 0 a request's output does not depend on what else runs.
   bool deterministic = false;
@@ -91,6 +110,9 @@ struct Request {
   int32_t top_logprobs = 0;        // alternatives per token to report (0..kMaxTopLogprobs)
   bool logprobs = false;           // report the chosen token's logprob
   bool speculative = true;         // may use the engine's proposers (when it has any)
+  // > 0: this request's own TPOT target (ms); it can only tighten the
+  // engine's (EngineConfig::tpot_target_ms).
+  double tpot_target_ms = 0;
 };
 constexpr int32_t kMaxTopLogprobs = 20;
 constexpr int kMaxParallel = 256;
@@ -183,7 +205,24 @@ struct EngineStats {
   uint64_t generated_tokens = 0;      // tokens emitted to clients
   uint64_t preemptions = 0;
   uint64_t steps = 0;
+  // The TPOT target (EngineConfig::tpot_target_ms): steps that ran under one
+  // (sequences decoding beside a target), the target of the last such step,
+  // and the steps that took longer than their target, by why: the decoding
+  // streams alone were predicted over it (decode_alone), the minimum prefill
+  // chunk put it over (min_chunk), or the cost model predicted the step
+  // within it and the step still ran long (estimate: noise, a model still
+  // learning). Prefill tokens held back by the target, summed over steps.
+  uint64_t target_steps = 0;
+  double target_s = 0;
+  uint64_t target_missed_decode_alone = 0, target_missed_min_chunk = 0,
+           target_missed_estimate = 0;
+  uint64_t prefill_tokens_deferred = 0;
+  // The step cost model (step_cost.h): seconds per step, per row and per
+  // attended (query, key) pair; the last step's wall time and prediction.
+  double cost_per_step_s = 0, cost_per_row_s = 0, cost_per_attended_s = 0;
+  double last_step_s = 0, last_step_predicted_s = 0;
   Histogram ttft, tpot, e2e;          // seconds
+  Histogram step;                     // wall time of each step that decoded (seconds)
 };
 
 class Engine {

@@ -30,6 +30,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   if (c.kv_tokens < 0) return error(Code::kInvalidArgument, "engine: KV pool tokens must be >= 0, got {}", c.kv_tokens);
   if (c.kv_budget_bytes < 0) return error(Code::kInvalidArgument, "engine: --kv-budget must be >= 0, got {}", c.kv_budget_bytes);
   if (c.max_queue < 0) return error(Code::kInvalidArgument, "engine: --max-queue must be >= 0, got {}", c.max_queue);
+  if (!(c.tpot_target_ms == kTpotAuto || (c.tpot_target_ms >= 0 && c.tpot_target_ms <= 1e6)))
+    return error(Code::kInvalidArgument,
+                 "engine: --tpot-target must be auto, 0 (off) or a time in (0, 1e6] ms, got {}",
+                 c.tpot_target_ms);
+  if (!(c.prefill_age_bound_s >= 0 && c.prefill_age_bound_s <= 1e6))
+    return error(Code::kInvalidArgument,
+                 "engine: --prefill-age-bound must be in [0, 1e6] seconds, got {}",
+                 c.prefill_age_bound_s);
   if (c.page_tokens < 1 || c.page_tokens > 4096)
     return error(Code::kInvalidArgument, "engine: page size must be in [1, 4096] tokens, got {}", c.page_tokens);
 
@@ -89,6 +97,10 @@ Expected<Stream> Engine::submit(Request r) {
   if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs)
     return error(Code::kInvalidArgument, "request: top_logprobs must be in [0, {}], got {}",
                  kMaxTopLogprobs, r.top_logprobs);
+  if (!(r.tpot_target_ms >= 0 && r.tpot_target_ms <= 1e6))
+    return error(Code::kInvalidArgument,
+                 "request: tpot_target_ms must be in [0, 1e6] (0 = the server's), got {}",
+                 r.tpot_target_ms);
   SUSTAIN_TRY(sampling::validate(r.sampling));
   return impl_->submit(std::move(r));
 }

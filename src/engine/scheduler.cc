@@ -27,6 +27,10 @@ void observe(Histogram& h, double v) {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// While the step cost model is still learning, prefill chunks beside
+// decoding streams are at most this long (and teach it what tokens cost).
+constexpr int64_t kExploreChunk = 64;
+
 // --spec draft: the second GGUF, checked against the target's vocabulary,
 // with a KV pool that mirrors the target's (its pool tokens plus one
 // draft's worth per sequence), so it never runs out where the target does not.
@@ -89,18 +93,35 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
       s->proposers.push_back(std::move(d));
       continue;
     }
+    if (t == "mtp") {
+      // The target's own MTP block, its KV mirroring the target's pool.
+      spec::MtpOptions o;
+      o.page_tokens = g.page_tokens;
+      o.pool_tokens = pool_tokens + int64_t{c.n_parallel} * g.page_tokens;
+      o.ubatch_tokens = std::min(c.batch_tokens, c.ubatch_tokens);
+      o.p_min = c.spec.draft_p_min;
+      SUSTAIN_ASSIGN_OR_RETURN(auto m, spec::MtpProposer::create(*e.model_, o, *s->pool));
+      s->mtp = m.get();
+      s->proposers.push_back(std::move(m));
+      continue;
+    }
     spec::Config one = c.spec;
     one.types = {t};
     one.draft_model.clear();
     SUSTAIN_ASSIGN_OR_RETURN(auto made, spec::make_proposers(one));
     for (auto& p : made) s->proposers.push_back(std::move(p));
   }
+  for (auto& p : s->proposers)
+    if (p->wants_hidden()) s->hidden_users.push_back(p.get());
+  if (!s->hidden_users.empty())
+    s->hidden_rows.resize(static_cast<size_t>(c.batch_tokens) * e.model_->config().n_embd);
   // A verify step wants logits for the last token and every draft.
   const int rows_per_seq = 1 + (s->proposers.empty() ? 0 : c.spec.draft_max);
   s->logits.resize(static_cast<size_t>(c.n_parallel) * rows_per_seq * e.model_->config().n_vocab);
   s->st.ttft = make_histogram({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300});
   s->st.tpot = make_histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
   s->st.e2e = make_histogram({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600});
+  s->st.step = make_histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
   s->st.kv_pages_total = s->cache->n_pages();
   s->st.page_tokens = g.page_tokens;
   s->shared_stats = s->st;
@@ -166,6 +187,10 @@ void Scheduler::publish_stats() {
   if (draft_model) {
     st.draft_kv_pages_used = draft_model->pages_in_use();
     st.draft_kv_bytes = draft_model->kv_bytes();
+  }
+  if (mtp) {
+    st.draft_kv_pages_used = mtp->pages_in_use();
+    st.draft_kv_bytes = mtp->kv_bytes();
   }
   std::lock_guard<std::mutex> l(stats_mu);
   const uint64_t rejected = shared_stats.requests_rejected;
@@ -265,6 +290,10 @@ void Scheduler::drop_cancelled() {
 
 void Scheduler::admit() {
   while (static_cast<int>(running.size()) < cfg().n_parallel && !waiting.empty()) {
+    const size_t pick = admit_pick();
+    if (pick != 0)  // to the front, the others keeping their order
+      std::rotate(waiting.begin(), waiting.begin() + static_cast<std::ptrdiff_t>(pick),
+                  waiting.begin() + static_cast<std::ptrdiff_t>(pick) + 1);
     Seq& s = *waiting.front();
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     const int64_t matched = prefix ? prefix->attach(s.table, s.tokens, n - 1) : 0;
@@ -291,6 +320,22 @@ void Scheduler::admit() {
     waiting.pop_front();
     queued.fetch_sub(1);
   }
+}
+
+size_t Scheduler::admit_pick() const {
+  if (cfg().deterministic) return 0;
+  // Preempted sequences (at the front) and requests waiting longer than the
+  // age bound first, in arrival order; otherwise the shortest prompt.
+  const auto now = Clock::now();
+  const auto bound = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(cfg().prefill_age_bound_s));
+  size_t best = 0;
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    const Seq& w = *waiting[i];
+    if (w.preemptions > 0 || now - w.st->t_submit >= bound) return i;
+    if (w.tokens.size() < waiting[best]->tokens.size()) best = i;
+  }
+  return best;
 }
 
 int64_t Scheduler::next_snapshot(const Seq& s) const {
@@ -471,9 +516,73 @@ void Scheduler::sample_and_emit(Seq& s, const float* row, int32_t draft,
     finish(s, Finish::kLength);
 }
 
+double Scheduler::step_target(const std::vector<Seq*>& decoding, const StepShape& decode_shape,
+                              bool* explore) const {
+  *explore = false;
+  if (decoding.empty() || cfg().deterministic) return 0;
+  double t = 0;
+  const double engine_ms = cfg().tpot_target_ms;
+  if (engine_ms > 0) {
+    t = engine_ms / 1e3;
+  } else if (engine_ms == kTpotAuto) {
+    if (cost.ready()) {
+      t = kAutoTpotMultiple * cost.predict(decode_shape);
+    } else {
+      *explore = true;
+    }
+  }
+  for (const Seq* s : decoding) {
+    const double r = s->st->req.tpot_target_ms / 1e3;
+    if (r > 0) t = t > 0 ? std::min(t, r) : r;
+  }
+  if (t > 0 && !cost.ready()) *explore = true;
+  return t;
+}
+
+int64_t Scheduler::prefill_fit(const StepShape& shape, int64_t from, int64_t n_max,
+                               double target) const {
+  auto with = [&](int64_t n) {
+    StepShape s = shape;
+    s.add_run(from, n);
+    return cost.predict(s);
+  };
+  if (with(n_max) <= target) return n_max;
+  int64_t lo = 0, hi = n_max;  // with(lo) fits or lo == 0; with(hi) does not
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (with(mid) <= target ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+std::vector<Seq*> Scheduler::prefill_order() {
+  std::vector<Seq*> out;
+  for (auto& s : running)
+    if (static_cast<int64_t>(s->tokens.size()) - s->n_computed > 1) out.push_back(s.get());
+  if (cfg().deterministic) return out;  // oldest first (running[] is in admission order)
+  // Shortest remaining prompt first (the least mean TTFT), except that a
+  // sequence admitted prefill_age_bound_s ago or more goes before every
+  // younger one, oldest first: no prompt waits forever behind newcomers.
+  const auto now = Clock::now();
+  const auto bound = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(cfg().prefill_age_bound_s));
+  auto aged = [&](const Seq* s) { return now - s->t_start >= bound; };
+  std::stable_sort(out.begin(), out.end(), [&](const Seq* a, const Seq* b) {
+    const bool aa = aged(a), ab = aged(b);
+    if (aa != ab) return aa;
+    if (aa) return a->admit_order < b->admit_order;
+    const int64_t ra = static_cast<int64_t>(a->tokens.size()) - a->n_computed;
+    const int64_t rb = static_cast<int64_t>(b->tokens.size()) - b->n_computed;
+    return ra < rb;
+  });
+  return out;
+}
+
 bool Scheduler::step() {
-  // Plan: one decode token per sequence that has only its last token left,
-  // then prefill chunks, oldest first, within the token budget.
+  const auto t_step = Clock::now();
+  // Plan: one decode token per sequence that has only its last token left
+  // (plus its draft), then prefill chunks within the token budget, cut to
+  // what the latency target leaves while sequences decode.
   const int64_t budget_total = cfg().batch_tokens;
   const int64_t chunk = std::min(cfg().batch_tokens, cfg().ubatch_tokens);
   int64_t budget = budget_total;
@@ -488,9 +597,14 @@ bool Scheduler::step() {
     if (tail == 1 && static_cast<int64_t>(decoding.size()) < budget) decoding.push_back(s.get());
   }
   budget -= propose(decoding, budget);
-  for (auto& s : running) {
+  StepShape shape;
+  for (Seq* s : decoding) shape.add_run(s->n_computed, s->step_tokens);
+  bool explore = false;
+  const double target = step_target(decoding, shape, &explore);
+  const bool decode_alone_over = target > 0 && !explore && cost.predict(shape) > target;
+  bool min_chunk_forced = false, prefill_given = false;
+  for (Seq* s : prefill_order()) {
     const int64_t tail = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
-    if (tail <= 1) continue;
     int64_t n;
     if (cfg().deterministic) {
       // Chunk boundaries fixed by position, whatever else runs; after a
@@ -504,8 +618,23 @@ bool Scheduler::step() {
     }
     // A hybrid's state is saved where the chunk ends at the snapshot point.
     if (s->snapshot_at > s->n_computed) n = std::min(n, s->snapshot_at - s->n_computed);
+    if (n > 0 && (target > 0 || explore)) {
+      // The latency target: as many tokens as the predicted step time
+      // allows; the first chunk of the step never below kMinPrefillChunk.
+      // While the cost model is still learning, chunks stay small.
+      int64_t fit = explore ? std::min(n, kExploreChunk) : prefill_fit(shape, s->n_computed, n, target);
+      const int64_t floor = prefill_given ? 0 : std::min(n, kMinPrefillChunk);
+      if (fit < floor) {
+        fit = floor;
+        min_chunk_forced = true;
+      }
+      st.prefill_tokens_deferred += static_cast<uint64_t>(n - fit);
+      n = fit;
+    }
     if (n <= 0) continue;
     s->step_tokens = n;
+    shape.add_run(s->n_computed, n);
+    prefill_given = true;
     if (!cfg().deterministic) budget -= n;
   }
   // Reserve KV room; running out of pages evicts cached prefixes, then
@@ -537,6 +666,10 @@ bool Scheduler::step() {
   for (size_t i = 0; i < running.size(); ++i)
     if (running[i]->step_tokens > 0) plan.push_back(running[i].get());
   if (plan.empty()) return false;
+  // What runs, after drafts dropped and sequences preempted for pages.
+  StepShape ran;
+  for (Seq* s : plan) ran.add_run(s->n_computed, s->step_tokens);
+  const double predicted = cost.predict(ran);
 
   const int64_t n_vocab = engine.model_->config().n_vocab;
   auto run_batch = [&](const std::vector<Seq*>& seqs) -> Status {
@@ -555,7 +688,33 @@ bool Scheduler::step() {
                                           : s->draft.tokens[static_cast<size_t>(p - n_tok)],
                                 si, p, completes && p >= n_tok - 1});
     }
-    return engine.model_->forward(batch, *cache, ws, *pool, logits.data());
+    return engine.model_->forward(batch, *cache, ws, *pool, logits.data(), nullptr,
+                                  hidden_users.empty() ? nullptr : hidden_rows.data());
+  };
+  // Proposers that draft from the target's hidden states (mtp) see what
+  // each sequence still running computed: its verified positions.
+  std::vector<int64_t> pos0, len;
+  auto mark = [&](const std::vector<Seq*>& seqs) {
+    pos0.clear();
+    len.clear();
+    for (Seq* s : seqs) {
+      pos0.push_back(s->n_computed);
+      len.push_back(s->step_tokens);
+    }
+  };
+  auto observe_hidden = [&](const std::vector<Seq*>& seqs) {
+    if (hidden_users.empty()) return;
+    const int64_t d = engine.model_->config().n_embd;
+    std::vector<spec::Observed> obs;
+    int64_t row = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const Seq* s = seqs[i];
+      if (!s->done)
+        obs.push_back({s->st->id, s->tokens, pos0[i], s->n_computed - pos0[i],
+                       hidden_rows.data() + row * d});
+      row += len[i];
+    }
+    for (spec::Proposer* p : hidden_users) p->observe(obs);
   };
   // Hybrid models: the recurrent state before each verify step, restored
   // when a draft is rejected (a state cannot be truncated).
@@ -610,25 +769,50 @@ bool Scheduler::step() {
     for (Seq* s : plan) {
       std::vector<Seq*> one{s};
       save_states(one);
+      mark(one);
       Status r = run_batch(one);
       if (!r.is_ok()) {
         release_backups();
         fail(one, r);
       } else {
         after(one);
+        observe_hidden(one);
       }
     }
   } else {
     save_states(plan);
+    mark(plan);
     Status r = run_batch(plan);
     if (!r.is_ok()) {
       release_backups();
       fail(plan, r);
     } else {
       after(plan);
+      observe_hidden(plan);
     }
   }
   ++st.steps;
+  const double took = seconds(Clock::now() - t_step);
+  if (!cfg().deterministic) cost.observe(ran, took);
+  st.cost_per_step_s = cost.per_step();
+  st.cost_per_row_s = cost.per_row();
+  st.cost_per_attended_s = cost.per_attended();
+  st.last_step_s = took;
+  st.last_step_predicted_s = predicted;
+  if (!decoding.empty()) observe(st.step, took);
+  if (target > 0) {
+    ++st.target_steps;
+    st.target_s = target;
+    if (took > target) {
+      if (decode_alone_over) {
+        ++st.target_missed_decode_alone;
+      } else if (min_chunk_forced) {
+        ++st.target_missed_min_chunk;
+      } else {
+        ++st.target_missed_estimate;
+      }
+    }
+  }
   // Drop the sequences that finished this step.
   running.erase(std::remove_if(running.begin(), running.end(),
                                [](const auto& s) { return s->done; }),

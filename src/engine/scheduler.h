@@ -13,9 +13,11 @@
 
 #include "base/thread_pool.h"
 #include "engine/request_state.h"
+#include "engine/step_cost.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
 #include "spec/draft_model.h"
+#include "spec/mtp.h"
 #include "spec/proposer.h"
 
 namespace sustain::engine {
@@ -68,6 +70,8 @@ struct Engine::Impl {
   void drain_inbox();
   void drop_cancelled();
   void admit();
+  // Which waiting request admit() takes next (an index into waiting).
+  size_t admit_pick() const;
   bool step();
   Status reserve_or_preempt(Seq& s, int64_t n, bool* self_preempted);
   void preempt(size_t running_index);
@@ -76,6 +80,15 @@ struct Engine::Impl {
   void sample_and_emit(Seq& s, const float* row, int32_t draft = -1,
                        std::span<const sampling::TokenProb> q = {});
   int64_t next_snapshot(const Seq& s) const;
+  // The TPOT target of a step whose decoding rows have `decode_shape`
+  // (seconds, 0 = none); *explore when the cost model cannot size chunks yet.
+  double step_target(const std::vector<Seq*>& decoding, const StepShape& decode_shape,
+                     bool* explore) const;
+  // The most prefill tokens (≤ n_max, from position `from`) that keep the
+  // step's predicted cost within `target`.
+  int64_t prefill_fit(const StepShape& shape, int64_t from, int64_t n_max, double target) const;
+  // Sequences with prompt left to compute, in the order they get the budget.
+  std::vector<Seq*> prefill_order();
   // Drafts for the sequences about to decode; returns the tokens they take.
   int64_t propose(const std::vector<Seq*>& decoding, int64_t budget);
   void forget_drafts(const Seq& s);
@@ -92,6 +105,9 @@ struct Engine::Impl {
   std::unique_ptr<kv::PrefixCache> prefix;
   std::vector<std::shared_ptr<spec::Proposer>> proposers;
   spec::DraftModelProposer* draft_model = nullptr;  // among proposers, when --spec draft
+  spec::MtpProposer* mtp = nullptr;                  // among proposers, when --spec mtp
+  std::vector<spec::Proposer*> hidden_users;         // proposers that want hidden states
+  std::vector<float> hidden_rows;                    // every batch token's hidden state
   Workspace ws;
   Batch batch;
   std::vector<float> logits;
@@ -115,6 +131,7 @@ struct Engine::Impl {
   std::deque<std::unique_ptr<Seq>> waiting;
   std::vector<std::unique_ptr<Seq>> running;
   uint64_t admit_counter = 0;
+  StepCostModel cost;
   EngineStats st;  // published to shared_stats after each step
   std::vector<std::pair<std::shared_ptr<detail::RequestState>, Event>> finished;
 };

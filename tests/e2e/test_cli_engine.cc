@@ -106,6 +106,21 @@ TEST(CliRun, SpeculativeGreedyTextIsUnchanged) {
   }
 }
 
+// `run --spec mtp` on the qwen35 model with an MTP block: the same greedy
+// text as without, and drafts were made and verified.
+TEST(CliRun, MtpGreedyTextIsUnchanged) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string base = "run -m " + ref_path("models/tiny-qwen35-f32.gguf") + " -f " +
+                           ref_path("prompts/p2_medium.txt") + " -n 48 --temp 0 --ignore-eos -t 2";
+  auto plain = run_cli(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto mtp = run_cli(base + " --spec mtp");
+  ASSERT_EQ(mtp.exit_code, 0) << mtp.err;
+  EXPECT_EQ(mtp.out, plain.out);
+  EXPECT_NE(mtp.err.find("spec mtp:"), std::string::npos) << mtp.err;
+  EXPECT_EQ(mtp.err.find(" 0 drafted"), std::string::npos) << mtp.err;
+}
+
 TEST(CliRun, SpeculativeFlagsAreChecked) {
   SUSTAIN_REQUIRE_REF();
   const std::string m = "run -m " + ref_path(kAidreams) + " -p hi -n 4 -t 2";
@@ -118,7 +133,7 @@ TEST(CliRun, SpeculativeFlagsAreChecked) {
       {"--spec lookahead", "unknown proposer"},
       {"--spec draft", "--draft-model"},
       {"--spec draft -md /nonexistent/draft.gguf", "/nonexistent/draft.gguf"},
-      {"--spec mtp", "mtp"},
+      {"--spec mtp", "no MTP/NextN block"},
       {"--spec ngram --draft-p-min 2", "--draft-p-min"},
   };
   for (const auto& c : cases) {
