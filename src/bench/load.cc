@@ -59,6 +59,7 @@ Expected<std::vector<LoadLevel>> run_load(LoadTarget& target, const LoadOptions&
     const int64_t count = static_cast<int64_t>(n) * opt.requests_per_client;
     lv.requests.resize(static_cast<size_t>(count));
     std::atomic<int64_t> slot{0}, finished{0};
+    target.level_begin();
     std::vector<std::thread> clients;
     for (int c = 0; c < n; ++c) {
       clients.emplace_back([&] {
@@ -75,6 +76,7 @@ Expected<std::vector<LoadLevel>> run_load(LoadTarget& target, const LoadOptions&
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     for (auto& t : clients) t.join();
+    lv.target_counters = target.level_counters();
     done_total += count;
     SUSTAIN_TRY(finish_level(lv, target));
     if (lv.metrics.wall_s > 0)
@@ -97,6 +99,7 @@ Expected<std::vector<LoadLevel>> run_load(LoadTarget& target, const LoadOptions&
     std::exponential_distribution<double> gap(rates[ri]);
     std::atomic<int> in_flight{0}, max_in_flight{0}, finished{0};
     std::vector<std::thread> threads;
+    target.level_begin();
     auto t_next = BenchClock::now();
     for (int i = 0; i < count; ++i) {
       std::this_thread::sleep_until(t_next);
@@ -116,6 +119,7 @@ Expected<std::vector<LoadLevel>> run_load(LoadTarget& target, const LoadOptions&
           std::chrono::duration_cast<BenchClock::duration>(std::chrono::duration<double>(gap(rng)));
     }
     for (auto& t : threads) t.join();
+    lv.target_counters = target.level_counters();
     lv.concurrency = max_in_flight.load();
     SUSTAIN_TRY(finish_level(lv, target));
     out.push_back(std::move(lv));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -31,6 +32,11 @@ class LoadTarget {
   virtual RequestTiming run(int64_t index, BenchClock::time_point origin) = 0;
   // The last error a request hit (for the report), "" if none.
   virtual std::string last_error() const = 0;
+  // Around each level: what the target itself counted during it (the
+  // in-process engine: steps under the TPOT target, misses by reason), as
+  // (name, value) pairs for the report; none by default.
+  virtual void level_begin() {}
+  virtual std::vector<std::pair<std::string, double>> level_counters() { return {}; }
 };
 
 struct LoadOptions {
@@ -53,6 +59,7 @@ struct LoadLevel {
   double rate = 0;      // poisson: requests/s offered
   std::vector<RequestTiming> requests;
   LoadMetrics metrics;
+  std::vector<std::pair<std::string, double>> target_counters;  // LoadTarget::level_counters
   std::string error;  // the last request error, if any request failed
 };
 

@@ -230,6 +230,36 @@ void add_concurrency(const json& r, std::vector<Table>& out) {
          pct_spread(l["tpot_ms"]), pct_spread(l["itl_ms"]), pct_spread(l["e2e_ms"])});
   }
   out.push_back(std::move(t));
+  // Scheduling efficiency and the TPOT target, where the levels carry them.
+  Table s{"Scheduling",
+          "ideal = each request's prefill at the concurrency-1 TTFT (per prompt token) + its "
+          "decode steps at the median gap seen while no request waited for its first token, "
+          "shared over N streams; efficiency = ideal ÷ wall. Target columns (in-process "
+          "engine): steps that ran beside decoding streams under a TPOT target, the target, "
+          "and the steps over it by why (decode alone / minimum chunk / estimate)",
+          {"mode", "N", "wall s", "ideal s", "efficiency", "decode gap alone ms",
+           "TPOT P95 ms", "target ms", "steps under target", "missed (alone/min/est)",
+           "prefill deferred"},
+          {}};
+  for (const auto& l : c["levels"]) {
+    const bool has_s = l.contains("scheduling") && l["scheduling"].value("has_decode_alone", false);
+    const bool has_e = l.contains("engine") && l["engine"].is_object();
+    if (!has_s && !has_e) continue;
+    const json& e = has_e ? l["engine"] : json::object();
+    const json& g = has_s ? l["scheduling"] : json::object();
+    auto en = [&](const char* k) { return e.contains(k) ? num(e, k) : 0.0; };
+    s.rows.push_back(
+        {str(l, "mode"), std::to_string(l["concurrency"].get<int64_t>()), f2(num(l, "wall_s")),
+         has_s ? f2(num(g, "ideal_s")) : "-", has_s ? f2(num(g, "efficiency")) : "-",
+         has_s ? f2(num(g, "decode_gap_alone_ms")) : "-", f1(num(l["tpot_ms"], "p95")),
+         has_e && en("target_steps") > 0 ? f1(en("target_ms")) : "-",
+         has_e ? fmt::format("{:.0f}", en("target_steps")) : "-",
+         has_e ? fmt::format("{:.0f} / {:.0f} / {:.0f}", en("target_missed_decode_alone"),
+                             en("target_missed_min_chunk"), en("target_missed_estimate"))
+               : "-",
+         has_e ? fmt::format("{:.0f}", en("prefill_tokens_deferred")) : "-"});
+  }
+  if (!s.rows.empty()) out.push_back(std::move(s));
 }
 
 // One quality cell of a row: KL mean (P99) or top-1 at context `ctx`.

@@ -155,6 +155,36 @@ json load_level_json(const LoadLevel& lv) {
           {"samples", samples}};
 }
 
+json load_levels_json(const std::vector<LoadLevel>& levels) {
+  const LoadLevel* one = nullptr;
+  for (const LoadLevel& lv : levels)
+    if (lv.mode == "fixed" && lv.concurrency == 1 && lv.metrics.requests > lv.metrics.failed)
+      one = &lv;
+  json out = json::array();
+  for (const LoadLevel& lv : levels) {
+    json j = load_level_json(lv);
+    if (one != nullptr && lv.mode == "fixed") {
+      const int64_t ok = one->metrics.requests - one->metrics.failed;
+      const IdealTime it = ideal_time(lv.requests, lv.concurrency, one->metrics.ttft.p50,
+                                      one->metrics.prompt_tokens / std::max<int64_t>(ok, 1));
+      j["scheduling"] = {{"prefill_alone_ms", it.prefill_alone_s * 1e3},
+                         {"decode_gap_alone_ms", it.decode_gap_alone_s * 1e3},
+                         {"decode_gaps_alone", it.decode_gaps_alone},
+                         {"has_decode_alone", it.has_decode_alone},
+                         {"ideal_s", it.ideal_s},
+                         {"wall_s", it.wall_s},
+                         {"efficiency", it.efficiency}};
+    }
+    if (!lv.target_counters.empty()) {
+      json c = json::object();
+      for (const auto& [k, v] : lv.target_counters) c[k] = v;
+      j["engine"] = c;
+    }
+    out.push_back(j);
+  }
+  return out;
+}
+
 json bandwidth_json(const BandwidthResult& bw) {
   return {{"threads", bw.threads},
           {"buffer_bytes", bw.buffer_bytes},

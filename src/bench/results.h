@@ -56,6 +56,10 @@ nlohmann::json prefill_json(const std::vector<PrefillPoint>& points,
                             const std::vector<int64_t>& windows);
 // One level of the concurrency ladder, with every request's raw timestamps.
 nlohmann::json load_level_json(const LoadLevel& level);
+// Every level, each fixed one with its scheduling efficiency (stats.h
+// ideal_time; prefill alone from the concurrency-1 level's median TTFT) and
+// what the target counted (LoadLevel::target_counters).
+nlohmann::json load_levels_json(const std::vector<LoadLevel>& levels);
 nlohmann::json bandwidth_json(const BandwidthResult& bw);
 
 }  // namespace sustain::bench

@@ -116,8 +116,7 @@ Expected<json> run_http(const BenchConfig& c, Observer& obs) {
   auto levels = run_load(*target, load_options(c, c.concurrency, c.rates, prog));
   prog.done();
   if (!levels) return levels.status();
-  json lv = json::array();
-  for (const auto& l : *levels) lv.push_back(load_level_json(l));
+  json lv = load_levels_json(*levels);
   report["concurrency"] = {{"target", c.url},
                            {"prompt_length", c.conc_prompt},
                            {"prompt_unit", "words"},
@@ -229,6 +228,8 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   cfg.page_tokens = kPage;
   cfg.batch_tokens = c.batch;
   cfg.ubatch_tokens = c.ubatch;
+  cfg.tpot_target_ms = c.tpot_target_ms;
+  cfg.prefill_age_bound_s = c.prefill_age_bound_s;
   cfg.prefix_cache = true;
   const int64_t max_conc = conc.empty() ? 1 : *std::max_element(conc.begin(), conc.end());
   const int64_t ladder_need = ctx.back() + c.n_tokens;
@@ -321,8 +322,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
       prog.done();
       return levels.status();
     }
-    json lv = json::array();
-    for (const auto& l : *levels) lv.push_back(load_level_json(l));
+    json lv = load_levels_json(*levels);
     push_level_errors(*levels, report);
     report["concurrency"] = {{"target", "in-process engine"},
                              {"prompt_length", c.conc_prompt},

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "bench/bandwidth.h"
 #include "bench/observer.h"
+#include "engine/api.h"
 
 namespace sustain::bench {
 
@@ -38,6 +39,10 @@ struct BenchConfig {
   std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk / -ctv spellings
   bool kv_tiled = true;                                    // KV page layout
   int64_t batch = 512, ubatch = 512;
+  // The scheduler's TPOT target (engine::EngineConfig::tpot_target_ms) and
+  // prefill age bound.
+  double tpot_target_ms = engine::kTpotAuto;
+  double prefill_age_bound_s = 5.0;
   std::vector<int64_t> prefill;  // prefill gradient lengths from an empty cache; empty: none
   int prefill_reps = 1;
   std::vector<int64_t> concurrency = {1, 2, 4, 8};  // levels; empty: no concurrency ladder

@@ -103,4 +103,47 @@ Expected<LoadMetrics> load_metrics(const std::vector<RequestTiming>& reqs) {
   return out;
 }
 
+IdealTime ideal_time(const std::vector<RequestTiming>& reqs, int concurrency,
+                     double prefill_alone_s, int64_t prompt_alone_tokens) {
+  IdealTime out;
+  out.prefill_alone_s = prefill_alone_s;
+  // Intervals during which some request waited for its first token.
+  std::vector<std::pair<double, double>> waits;
+  double t0 = std::numeric_limits<double>::infinity(), t1 = -t0;
+  for (const RequestTiming& r : reqs) {
+    if (!r.ok || r.token_times.empty()) continue;
+    waits.emplace_back(r.t_submit, r.token_times.front());
+    t0 = std::min(t0, r.t_submit);
+    t1 = std::max(t1, r.t_end);
+  }
+  std::sort(waits.begin(), waits.end());
+  auto overlaps_wait = [&](double a, double b) {
+    for (const auto& [w0, w1] : waits) {
+      if (w0 >= b) break;
+      if (w1 > a) return true;
+    }
+    return false;
+  };
+  std::vector<double> alone;
+  double prefill = 0, decode_steps = 0;
+  for (const RequestTiming& r : reqs) {
+    if (!r.ok || r.token_times.empty()) continue;
+    for (size_t i = 1; i < r.token_times.size(); ++i)
+      if (!overlaps_wait(r.token_times[i - 1], r.token_times[i]))
+        alone.push_back(r.token_times[i] - r.token_times[i - 1]);
+    prefill += prompt_alone_tokens > 0 ? prefill_alone_s * static_cast<double>(r.prompt_tokens) /
+                                             static_cast<double>(prompt_alone_tokens)
+                                       : prefill_alone_s;
+    decode_steps += static_cast<double>(std::max<int64_t>(r.output_tokens - 1, 0));
+  }
+  if (t1 > t0) out.wall_s = t1 - t0;
+  out.decode_gaps_alone = static_cast<int64_t>(alone.size());
+  if (alone.empty() || concurrency < 1) return out;
+  out.has_decode_alone = true;
+  out.decode_gap_alone_s = *percentile(alone, 50);
+  out.ideal_s = prefill + decode_steps / concurrency * out.decode_gap_alone_s;
+  if (out.wall_s > 0) out.efficiency = out.ideal_s / out.wall_s;
+  return out;
+}
+
 }  // namespace sustain::bench

@@ -66,4 +66,26 @@ struct LoadMetrics {
 };
 Expected<LoadMetrics> load_metrics(const std::vector<RequestTiming>& reqs);
 
+// Scheduling efficiency of a fixed-concurrency level: the time its work
+// would take if prefill and decode each ran at the speed they reach alone,
+// beside the time it took.
+//   prefill_alone_s: one request's TTFT with nothing else running (given:
+//     the median TTFT of the concurrency-1 level);
+//   decode_gap_alone_s: the median gap between tokens over the gaps during
+//     which no request of the level was waiting for its first token (so
+//     the step carried decoding streams only);
+//   ideal_s = Σ prefill_alone_s · (prompt_i / prompt_alone)
+//             + Σ (output_i − 1) / concurrency · decode_gap_alone_s
+//   efficiency = ideal_s / wall_s (1 = no time lost to scheduling).
+// has_decode_alone is false when no gap ran without a prefill beside it
+// (then ideal_s and efficiency are 0).
+struct IdealTime {
+  double prefill_alone_s = 0, decode_gap_alone_s = 0;
+  int64_t decode_gaps_alone = 0;
+  bool has_decode_alone = false;
+  double ideal_s = 0, wall_s = 0, efficiency = 0;
+};
+IdealTime ideal_time(const std::vector<RequestTiming>& reqs, int concurrency,
+                     double prefill_alone_s, int64_t prompt_alone_tokens);
+
 }  // namespace sustain::bench

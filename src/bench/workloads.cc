@@ -350,4 +350,25 @@ std::string EngineTarget::last_error() const {
   return last_error_;
 }
 
+void EngineTarget::level_begin() { before_ = e_.stats(); }
+
+std::vector<std::pair<std::string, double>> EngineTarget::level_counters() {
+  const engine::EngineStats a = e_.stats();
+  const engine::EngineStats& b = before_;
+  auto d = [](uint64_t x, uint64_t y) { return static_cast<double>(x - y); };
+  // The step histogram's count and sum over the level: its mean step.
+  const double steps = d(a.step.count, b.step.count);
+  return {{"steps", d(a.steps, b.steps)},
+          {"decode_steps", steps},
+          {"decode_step_mean_ms", steps > 0 ? (a.step.sum - b.step.sum) / steps * 1e3 : 0.0},
+          {"target_steps", d(a.target_steps, b.target_steps)},
+          {"target_ms", a.target_s * 1e3},
+          {"target_missed_decode_alone",
+           d(a.target_missed_decode_alone, b.target_missed_decode_alone)},
+          {"target_missed_min_chunk", d(a.target_missed_min_chunk, b.target_missed_min_chunk)},
+          {"target_missed_estimate", d(a.target_missed_estimate, b.target_missed_estimate)},
+          {"prefill_tokens_deferred", d(a.prefill_tokens_deferred, b.prefill_tokens_deferred)},
+          {"preemptions", d(a.preemptions, b.preemptions)}};
+}
+
 }  // namespace sustain::bench

@@ -69,9 +69,13 @@ class EngineTarget : public LoadTarget {
       : e_(e), prompt_tokens_(prompt_tokens), max_tokens_(max_tokens), seed_(seed) {}
   RequestTiming run(int64_t index, BenchClock::time_point origin) override;
   std::string last_error() const override;
+  // The engine's TPOT-target counters over the level (EngineStats deltas).
+  void level_begin() override;
+  std::vector<std::pair<std::string, double>> level_counters() override;
 
  private:
   engine::Engine& e_;
+  engine::EngineStats before_;
   int64_t prompt_tokens_;
   int32_t max_tokens_;
   uint64_t seed_;

@@ -25,6 +25,7 @@
 #include "cli/commands.h"
 #include "cli/model_session.h"
 #include "cli/progress.h"
+#include "cli/serving_flags.h"
 #include "tools/quant_mix.h"
 
 namespace sustain::cli {
@@ -32,6 +33,7 @@ namespace {
 
 struct BenchArgs {
   std::string model, preset, type;
+  ServingArgs serving;
   std::string ctx;
   int n_tokens = 32;
   int reps = 3;
@@ -139,6 +141,12 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
   c.kv_tiled = kv_tiled(a.kv_layout);
   c.batch = a.batch;
   c.ubatch = a.ubatch;
+  {
+    engine::EngineConfig ec;
+    SUSTAIN_TRY(apply_serving_flags(a.serving, ec));
+    c.tpot_target_ms = ec.tpot_target_ms;
+    c.prefill_age_bound_s = ec.prefill_age_bound_s;
+  }
   c.prefill_reps = a.prefill_reps;
   c.conc_prompt = a.conc_prompt;
   c.conc_requests = a.conc_requests;
@@ -275,6 +283,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--ubatch-size", a->ubatch, "tokens computed at once (alias -ub)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(65536)));
+  add_serving_flags(sub, a->serving);
   sub->add_option("-o,--output", a->out, "report directory (default: reports/<UTC time>)");
   sub->add_option("--prefill", a->prefill,
                   "prefill gradient from an empty cache at these prompt lengths (e.g. 10K,50K)");

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/file_io.h"
 #include "cli/model_session.h"
+#include "cli/serving_flags.h"
 #include "cli/spec_flags.h"
 
 #include "engine/api.h"
@@ -40,6 +41,7 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   int32_t state_snapshots = -1;
   SpecArgs spec;
+  ServingArgs serving;
   int32_t state_snapshot_interval = 1024;
   bool deterministic = false;
   int max_n = 8;
@@ -81,6 +83,7 @@ int run_serve(const ServeArgs& a) {
   ec.state_snapshot_interval = a.state_snapshot_interval;
   ec.max_queue = a.max_queue;
   ec.deterministic = a.deterministic;
+  if (Status st = apply_serving_flags(a.serving, ec); !st) return fail("serve: " + st.message());
   auto kt = kv_type(a.m.cache_type_k, "--cache-type-k");
   if (!kt) return fail(kt.status().message());
   auto vt = kv_type(a.m.cache_type_v, "--cache-type-v");
@@ -231,6 +234,7 @@ Runner add_serve(CLI::App& app) {
   add_kv_layout_flag(sub, a->kv_layout, "--kv-layout");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "do not share prompt prefixes");
   add_spec_flags(sub, a->spec);
+  add_serving_flags(sub, a->serving);
   sub->add_option("--state-snapshots", a->state_snapshots,
                   "hybrid models (qwen35): recurrent-state snapshots kept for prefix reuse "
                   "(least recently used replaced); -1 = 4 x --parallel, 0 = none")

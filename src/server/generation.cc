@@ -21,6 +21,7 @@ Status Generation::submit(const std::vector<int32_t>& prompt, int32_t max_tokens
     er.sampling.seed = req_->sampling.seed + static_cast<uint64_t>(i);
     er.ignore_eos = req_->ignore_eos;
     er.speculative = req_->speculative;
+    er.tpot_target_ms = req_->tpot_target_ms;
     er.logprobs = req_->logprobs;
     er.top_logprobs = req_->top_logprobs;
     auto s = engine_->submit(std::move(er));

@@ -132,6 +132,29 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
          static_cast<double>(s->preemptions));
   metric(out, "sustain_engine_steps_total", "counter", "engine steps run",
          static_cast<double>(s->steps));
+  metric(out, "sustain_tpot_target_seconds", "gauge",
+         "the TPOT target of the last step that ran under one (--tpot-target)", s->target_s);
+  metric(out, "sustain_tpot_target_steps_total", "counter",
+         "steps that ran beside decoding streams under a TPOT target",
+         static_cast<double>(s->target_steps));
+  out += "# HELP sustain_tpot_target_missed_total steps that took longer than their TPOT target, "
+         "by why\n# TYPE sustain_tpot_target_missed_total counter\n";
+  for (const auto& [why, n] : {std::pair{"decode_alone", s->target_missed_decode_alone},
+                               std::pair{"min_chunk", s->target_missed_min_chunk},
+                               std::pair{"estimate", s->target_missed_estimate}})
+    out += fmt::format("sustain_tpot_target_missed_total{{reason=\"{}\"}} {}\n", why, n);
+  metric(out, "sustain_prefill_tokens_deferred_total", "counter",
+         "prompt tokens a step left for later to keep the TPOT target",
+         static_cast<double>(s->prefill_tokens_deferred));
+  metric(out, "sustain_step_cost_seconds", "gauge",
+         "the step cost model: seconds every step pays once", s->cost_per_step_s);
+  metric(out, "sustain_step_cost_per_token_seconds", "gauge",
+         "the step cost model: seconds per token in a step", s->cost_per_row_s);
+  metric(out, "sustain_step_cost_per_attended_seconds", "gauge",
+         "the step cost model: seconds per (query, key) pair attention reads",
+         s->cost_per_attended_s);
+  out += render_histogram("sustain_step_seconds",
+                          "wall time of each engine step that carried decoding streams", s->step);
   out += render_histogram("sustain_time_to_first_token_seconds",
                           "time from submit to the first generated token", s->ttft);
   out += render_histogram("sustain_time_per_output_token_seconds",

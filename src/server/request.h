@@ -64,6 +64,7 @@ struct CompletionRequest {
   bool echo = false;
   bool ignore_eos = false;
   bool speculative = true;  // "speculative": false opts out of the server's --spec
+  double tpot_target_ms = 0;  // "tpot_target_ms": tightens the server's --tpot-target
   // OpenAI's defaults: temperature 1, top_p 1, no top-k / min-p / penalties.
   sampling::SamplerConfig sampling = openai_sampling_defaults();
   bool has_seed = false;

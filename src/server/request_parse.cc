@@ -375,6 +375,9 @@ Expected<CompletionRequest> parse_request(std::string_view body, Endpoint endpoi
   SUSTAIN_TRY(parse_logprobs(j, endpoint, r));
   SUSTAIN_TRY(get_bool(j, "ignore_eos", r.ignore_eos));
   SUSTAIN_TRY(get_bool(j, "speculative", r.speculative));
+  float tpot = 0;
+  SUSTAIN_TRY(get_float(j, "tpot_target_ms", 0.0, 1e6, true, tpot));
+  r.tpot_target_ms = tpot;
 
   auto& s = r.sampling;
   SUSTAIN_TRY(get_float(j, "temperature", 0.0, 2.0, false, s.temperature));

@@ -130,6 +130,42 @@ TEST(LoadMetrics, AggregateAndSingleStreamAreSeparate) {
   EXPECT_DOUBLE_EQ(m->e2e.max, 1.5);
 }
 
+TEST(IdealTime, DecodeAloneGapsSkipEveryPrefillWindow) {
+  // Two streams at concurrency 2. a decodes alone at 0.1 s a token, except
+  // while b waits for its first token (0.4 → 1.0), when a's gaps stretch to
+  // 0.3 s; b then decodes beside a at 0.1 s.
+  RequestTiming a, b;
+  a.t_submit = 0;
+  a.token_times = {0.2, 0.3, 0.4, 0.7, 1.0, 1.1, 1.2};
+  a.t_end = 1.2;
+  a.output_tokens = 7;
+  a.prompt_tokens = 100;
+  b.t_submit = 0.4;
+  b.token_times = {1.0, 1.1, 1.2, 1.3};
+  b.t_end = 1.3;
+  b.output_tokens = 4;
+  b.prompt_tokens = 200;
+  const IdealTime it = ideal_time({a, b}, 2, 0.2, 100);
+  ASSERT_TRUE(it.has_decode_alone);
+  // a's gaps 0.4→0.7 and 0.7→1.0 overlap b's wait; the other 4 of a's and
+  // all 3 of b's are alone, each 0.1 s.
+  EXPECT_EQ(it.decode_gaps_alone, 7);
+  EXPECT_NEAR(it.decode_gap_alone_s, 0.1, 1e-12);
+  // prefill 0.2 (100 tokens) + 0.4 (200 tokens); decode (6 + 3) / 2 × 0.1.
+  EXPECT_NEAR(it.ideal_s, 0.6 + 0.45, 1e-12);
+  EXPECT_NEAR(it.wall_s, 1.3, 1e-12);
+  EXPECT_NEAR(it.efficiency, 1.05 / 1.3, 1e-12);
+  // One token each: no gap at all to call "alone".
+  RequestTiming c = a;
+  c.t_submit = 0;
+  c.token_times = {1.2};
+  c.t_end = 1.3;
+  c.output_tokens = 1;
+  const IdealTime none = ideal_time({c, c}, 2, 0.2, 100);
+  EXPECT_FALSE(none.has_decode_alone);
+  EXPECT_EQ(none.ideal_s, 0);
+}
+
 TEST(DecodeStats, PooledGapsAndPerRepRates) {
   LadderRung r;
   r.n_tokens = 3;

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -180,13 +181,18 @@ inline double metric_value(const std::string& text, const std::string& name) {
 
 struct SseResult {
   std::vector<nlohmann::json> events;  // every data: {...} event
+  std::vector<std::chrono::steady_clock::time_point> times;  // when each event arrived
   bool done = false;                   // ended with data: [DONE]
   int status = 0;
 };
 
-// POSTs with stream: true and collects the events.
+// POSTs with stream: true and collects the events; the request is cut off
+// (the connection closed) once `stop` is set; `seen` counts events as they
+// arrive, for another thread to watch.
 inline SseResult post_sse(httplib::Client& c, const std::string& path, const nlohmann::json& body,
-                          const httplib::Headers& headers = {}) {
+                          const httplib::Headers& headers = {},
+                          const std::atomic<bool>* stop = nullptr,
+                          std::atomic<size_t>* seen = nullptr) {
   SseResult out;
   std::string buf;
   httplib::Request req;
@@ -206,9 +212,11 @@ inline SseResult post_sse(httplib::Client& c, const std::string& path, const nlo
         out.done = true;
       } else {
         out.events.push_back(nlohmann::json::parse(data));
+        out.times.push_back(std::chrono::steady_clock::now());
+        if (seen != nullptr) ++*seen;
       }
     }
-    return true;
+    return stop == nullptr || !stop->load();
   };
   auto res = c.send(req);
   out.status = res ? res->status : -1;

@@ -65,6 +65,10 @@ TEST(RequestParse, CompletionDefaultsAndFields) {
   EXPECT_FALSE(d->max_tokens.has_value());
   EXPECT_FALSE(d->has_seed);
   EXPECT_EQ(d->n, 1);
+  EXPECT_EQ(d->tpot_target_ms, 0.0);  // the server's target
+  auto t = parse(R"({"prompt":"x","tpot_target_ms":40.5})");
+  ASSERT_TRUE(t.has_value()) << t.status().message();
+  EXPECT_DOUBLE_EQ(t->tpot_target_ms, 40.5);
 }
 
 TEST(RequestParse, PromptForms) {
@@ -142,6 +146,9 @@ TEST(RequestParse, EveryMalformedInputIsA400) {
              "'logit_bias[\"5\"]' must be in [-100, 100], got 101");
   expect_bad(R"({"prompt":"x","logit_bias":{"5":-100.5}})", "must be in [-100, 100]");
   expect_bad(R"({"prompt":"x","logit_bias":{"5":1,"05":2}})", "names token 5 twice");
+  expect_bad(R"({"prompt":"x","tpot_target_ms":0})", "'tpot_target_ms' must be in (0, 1000000]");
+  expect_bad(R"({"prompt":"x","tpot_target_ms":-5})", "'tpot_target_ms'");
+  expect_bad(R"({"prompt":"x","tpot_target_ms":"50"})", "'tpot_target_ms' must be a number");
 }
 
 TEST(RequestParse, InvalidUtf8AndDeepNestingAreRejected) {

@@ -165,7 +165,11 @@ TEST(ServerFlags, StateAndSpeculationFlagsOutOfRangeAreRefused) {
            {"--spec beam", "unknown proposer `beam`"},
            {"--spec draft", "--draft-model"},
            {"-md d.gguf", "--spec does not name `draft`"},
-           {"--spec ngram -ctkd q9", "--cache-type-k-draft"}}) {
+           {"--spec ngram -ctkd q9", "--cache-type-k-draft"},
+           {"--tpot-target fast", "--tpot-target: expected auto, 0 (off) or milliseconds"},
+           {"--tpot-target=-5", "--tpot-target"},
+           {"--tpot-target 1e9", "--tpot-target"},
+           {"--prefill-age-bound=-1", "--prefill-age-bound"}}) {
     const CliResult r = run_cli(std::string("serve -m unused.gguf ") + f);
     EXPECT_NE(r.exit_code, 0) << f;
     EXPECT_NE(r.err.find(says), std::string::npos) << f << ": " << r.err;
