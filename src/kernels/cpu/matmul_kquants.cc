@@ -189,6 +189,20 @@ inline I64 k16_scales(__m128i sc, int g) {
 }
 #endif  // SUSTAIN_X86
 
+// The min term m (8 int32 lanes) times s, added to a token's sums: on
+// AVX-512 into its main accumulator (a register per token is worth more with
+// 8 tokens in flight), on AVX2 into a separate 8-lane one.
+#if SUSTAIN_X86
+inline void add_min(F64& acc, __m256& min_acc, __m256i m, float s) {
+#if SUSTAIN_X86 == 512
+  (void)min_acc;
+  acc = fmadd(widen(m), s, acc);
+#else
+  min_acc = fmadd8(m, s, min_acc);
+#endif
+}
+#endif
+
 template <class Fmt, QType kType>
 struct KQuant32 {
   template <int NT>
@@ -217,10 +231,9 @@ struct KQuant32 {
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& q = a[t][b];
         I64 s = zero();
-        for (int g = 0; g < 4; ++g)
-          s = add32(s, madd16(maddubs(k.w[g], load64(q.qs + 64 * g)), scv[g]));
+        for (int g = 0; g < 4; ++g) s = dot_s16(s, maddubs(k.w[g], load64(q.qs + 64 * g)), scv[g]);
         acc[t] = fmadd(s, d * q.d, acc[t]);
-        min_acc[t] = fmadd8(_mm256_madd_epi16(load32(q.bsums), mins), -dmin * q.d, min_acc[t]);
+        add_min(acc[t], min_acc[t], _mm256_madd_epi16(load32(q.bsums), mins), -dmin * q.d);
       }
     }
     for (int t = 0; t < NT; ++t) out[t] = reduce(acc[t]) + reduce8(min_acc[t]);
@@ -266,23 +279,24 @@ struct KQuant16 {
 #endif
       [[maybe_unused]] __m256i mn16;
       if constexpr (Fmt::kMins) mn16 = _mm256_cvtepu8_epi16(k.mn);
+      // The codes carry an offset: subtract offset * sum_j scale_j * bsum_j,
+      // as one more int16 pair dot with -(scale << shift) (|.| <= 4096).
+      [[maybe_unused]] __m256i neg_sc;
+      if constexpr (Fmt::kOffsetShift > 0)
+        neg_sc = _mm256_sub_epi16(_mm256_setzero_si256(),
+                                  _mm256_slli_epi16(sc16, Fmt::kOffsetShift));
       const float d = h2f(w[b].d);
+      [[maybe_unused]] float dmin = 0.0f;
+      if constexpr (Fmt::kMins) dmin = h2f(w[b].dmin);
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& q = a[t][b];
         I64 s = zero();
-        for (int g = 0; g < 4; ++g)
-          s = add32(s, madd16(maddubs(k.w[g], load64(q.qs + 64 * g)), scv[g]));
+        for (int g = 0; g < 4; ++g) s = dot_s16(s, maddubs(k.w[g], load64(q.qs + 64 * g)), scv[g]);
         const __m256i bsums = load32(q.bsums);
-        if constexpr (Fmt::kOffsetShift > 0) {
-          // The codes carry an offset: subtract offset * sum_j scale_j * bsum_j.
-          const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), Fmt::kOffsetShift);
-          s = add32(s, widen(_mm256_sub_epi32(_mm256_setzero_si256(), corr)));
-        }
+        if constexpr (Fmt::kOffsetShift > 0) s = dot_s16_low(s, bsums, neg_sc);
         acc[t] = fmadd(s, d * q.d, acc[t]);
-        if constexpr (Fmt::kMins) {
-          const float dmin = h2f(w[b].dmin);
-          min_acc[t] = fmadd8(_mm256_madd_epi16(bsums, mn16), -dmin * q.d, min_acc[t]);
-        }
+        if constexpr (Fmt::kMins)
+          add_min(acc[t], min_acc[t], _mm256_madd_epi16(bsums, mn16), -dmin * q.d);
       }
     }
     for (int t = 0; t < NT; ++t) out[t] = reduce(acc[t]) + reduce8(min_acc[t]);
