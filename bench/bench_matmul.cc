@@ -162,7 +162,7 @@ SUSTAIN_MATMUL_BENCH(BM_Prefill_F16_2048x8192, F16, 2048, 8192, 512);
     run(s, QType::T, OUT, IN, s.range(0));                                           \
   }                                                                                  \
   BENCHMARK(NAME)->UseRealTime()->Unit(benchmark::kMicrosecond)->Arg(1)->Arg(2)->Arg(4) \
-      ->Arg(8)->Arg(16)
+      ->Arg(8)->Arg(9)->Arg(12)->Arg(16)
 
 SUSTAIN_BATCH_BENCH(BM_Batch_Q4_K_1536x576, Q4_K, 1536, 576);
 SUSTAIN_BATCH_BENCH(BM_Batch_Q4_K_576x1536, Q4_K, 576, 1536);
