@@ -315,15 +315,17 @@ struct PackK32 {
   static void pack(const uint8_t* row, int64_t k0, int64_t kc, uint8_t* out, Packed& p, int r) {
     const auto* w = reinterpret_cast<const typename Fmt::W*>(row) + k0 / kQK_K;
     K32 k;
-    uint8_t sc[8], mn[8];
+    // Lane r of sub-block rows 8sb .. 8sb + 7: scattered with one store each
+    // (the scalar unpacking and 16 stores were most of the packing time).
+    const __m256i rows = _mm256_setr_epi32(0, kPR, 2 * kPR, 3 * kPR, 4 * kPR, 5 * kPR, 6 * kPR,
+                                           7 * kPR);
     for (int64_t sb = 0; sb < kc / kQK_K; ++sb) {
       Fmt::decode(w[sb], k);
       for (int g = 0; g < 4; ++g) store64(out + kQK_K * sb + 64 * g, k.w[g]);
-      unpack_k4_scales(w[sb].scales, sc, mn);
-      for (int j = 0; j < 8; ++j) {
-        p.sc[8 * sb + j][r] = sc[j];
-        p.mn[8 * sb + j][r] = mn[j];
-      }
+      __m128i sc16, mn16;
+      k4_scales_vec(w[sb].scales, sc16, mn16);
+      _mm256_i32scatter_epi32(&p.sc[8 * sb][r], rows, _mm256_cvtepu16_epi32(sc16), 4);
+      _mm256_i32scatter_epi32(&p.mn[8 * sb][r], rows, _mm256_cvtepu16_epi32(mn16), 4);
       p.d[sb][r] = h2f(w[sb].d);
       p.dmin[sb][r] = h2f(w[sb].dmin);
     }
@@ -339,12 +341,12 @@ struct PackK16 {
   static void pack(const uint8_t* row, int64_t k0, int64_t kc, uint8_t* out, Packed& p, int r) {
     const auto* w = reinterpret_cast<const typename Fmt::W*>(row) + k0 / kQK_K;
     K16 k;
-    alignas(16) int8_t sc[16];
+    const __m512i rows = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(kPR));
     for (int64_t sb = 0; sb < kc / kQK_K; ++sb) {
       Fmt::decode(w[sb], k);
       for (int g = 0; g < 4; ++g) store64(out + kQK_K * sb + 64 * g, k.w[g]);
-      _mm_store_si128(reinterpret_cast<__m128i*>(sc), k.sc);
-      for (int j = 0; j < 16; ++j) p.sc[16 * sb + j][r] = sc[j];
+      _mm512_i32scatter_epi32(&p.sc[16 * sb][r], rows, _mm512_cvtepi8_epi32(k.sc), 4);
       p.d[sb][r] = h2f(w[sb].d);
     }
   }
