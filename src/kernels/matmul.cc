@@ -52,24 +52,13 @@ bool reads_x_directly(QType w) {
 
 size_t act_stride(QType w, int64_t n_in) {
   if (activation_type(w) == QType::Q8_0) return align_up(cpu::q8_0_row_bytes(n_in));
-  if (activation_type(w) == QType::Q8_K) return align_up(cpu::q8_k_row_bytes(n_in));
   return align_up(ref::activation_row_bytes(w, n_in));
 }
 
 // One activation row as the kernels read it: ref's layout, plus for Q8_0 the
-// per-block sums, f32 scales and offset lane sums (see cpu::q8_0_sums_offset),
-// for Q8_K the scaled sums per 32 (cpu::q8_k_mins_offset).
+// per-block sums, f32 scales and offset lane sums (see cpu::q8_0_sums_offset).
 void quantize_row(QType w, const float* x, uint8_t* out, int64_t n_in) {
   ref::quantize_activation(w, x, out, n_in);
-  if (activation_type(w) == QType::Q8_K) {
-    const auto* blocks = reinterpret_cast<const BlockQ8_K*>(out);
-    auto* mins = reinterpret_cast<float*>(out + cpu::q8_k_mins_offset(n_in));
-    for (int64_t b = 0; b < n_in / kQK_K; ++b)
-      for (int j = 0; j < 8; ++j)
-        mins[8 * b + j] =
-            blocks[b].d * static_cast<float>(blocks[b].bsums[2 * j] + blocks[b].bsums[2 * j + 1]);
-    return;
-  }
   if (activation_type(w) != QType::Q8_0) return;
   const auto* blocks = reinterpret_cast<const BlockQ8_0*>(out);
   auto* sums = reinterpret_cast<int32_t*>(out + cpu::q8_0_sums_offset(n_in));

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensor/blocks.h"
 #include "tensor/qtype.h"
 
 namespace sustain::kernels::cpu {
@@ -49,17 +48,6 @@ inline size_t q8_0_row_bytes(int64_t n_in) {
 // Q8_0 activations; 0 where they do not use the lane sums (Q8_0: sign trick).
 inline int q8_0_code_offset(QType w) {
   return w == QType::Q5_0 ? 16 : w == QType::Q4_0 ? 8 : 0;
-}
-
-// Activation rows for Q8_K (the partner of the K-quants) carry, after the
-// blocks (64-byte aligned), d * (bsums[2j] + bsums[2j + 1]) as f32 for each
-// sub-block of 32 of each block: the activation side of the min term of
-// Q4_K / Q5_K, so the row-by-row kernel spends one FMA per token on it.
-inline size_t q8_k_mins_offset(int64_t n_in) {
-  return (static_cast<size_t>(n_in / kQK_K) * sizeof(BlockQ8_K) + 63) / 64 * 64;
-}
-inline size_t q8_k_row_bytes(int64_t n_in) {
-  return q8_k_mins_offset(n_in) + static_cast<size_t>(n_in / kQK_K) * 8 * sizeof(float);
 }
 
 // Computes Y[t, o] for o in [row0, row1), t in [tok0, tok1). Walks the tokens

@@ -189,20 +189,6 @@ inline I64 k16_scales(__m128i sc, int g) {
 }
 #endif  // SUSTAIN_X86
 
-// The min term m (8 int32 lanes) times s, added to a token's sums: on
-// AVX-512 into its main accumulator (a register per token is worth more with
-// 8 tokens in flight), on AVX2 into a separate 8-lane one.
-#if SUSTAIN_X86
-inline void add_min(F64& acc, __m256& min_acc, __m256i m, float s) {
-#if SUSTAIN_X86 == 512
-  (void)min_acc;
-  acc = fmadd(widen(m), s, acc);
-#else
-  min_acc = fmadd8(m, s, min_acc);
-#endif
-}
-#endif
-
 template <class Fmt, QType kType>
 struct KQuant32 {
   template <int NT>
@@ -210,12 +196,10 @@ struct KQuant32 {
 #if SUSTAIN_X86
     const auto* w = reinterpret_cast<const typename Fmt::W*>(wp);
     const BlockQ8_K* a[NT];
-    const float* amin[NT];  // d_a * (sum of each 32 activations), kernels.h
     F64 acc[NT];
     __m256 min_acc[NT];
     for (int t = 0; t < NT; ++t) {
       a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]);
-      amin[t] = reinterpret_cast<const float*>(act[t] + q8_k_mins_offset(n));
       acc[t] = fzero();
       min_acc[t] = _mm256_setzero_ps();
     }
@@ -226,16 +210,16 @@ struct KQuant32 {
       k4_scales_vec(w[b].scales, sc16, m8);
       I64 scv[4];
       for (int g = 0; g < 4; ++g) scv[g] = k4_group_scales(sc16, g);
-      // -dmin * min_j, f32, for the 8 sub-blocks: one FMA per token below.
-      const __m256 mins = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(m8)),
-                                        _mm256_set1_ps(-h2f(w[b].dmin)));
-      const F64 d = fset(h2f(w[b].d));
+      // Lane j of the bsums (16 int16) pairs with min j / 2.
+      const __m256i mins = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_unpacklo_epi16(m8, m8)), _mm_unpackhi_epi16(m8, m8), 1);
+      const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& q = a[t][b];
         I64 s = zero();
         for (int g = 0; g < 4; ++g) s = dot_s16(s, maddubs(k.w[g], load64(q.qs + 64 * g)), scv[g]);
-        acc[t] = fmadd_ds(s, d, q.d, acc[t]);
-        min_acc[t] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(amin[t] + 8 * b), min_acc[t]);
+        acc[t] = fmadd(s, d * q.d, acc[t]);
+        min_acc[t] = fmadd8(_mm256_madd_epi16(load32(q.bsums), mins), -dmin * q.d, min_acc[t]);
       }
     }
     for (int t = 0; t < NT; ++t) out[t] = reduce(acc[t]) + reduce8(min_acc[t]);
@@ -287,7 +271,7 @@ struct KQuant16 {
       if constexpr (Fmt::kOffsetShift > 0)
         neg_sc = _mm256_sub_epi16(_mm256_setzero_si256(),
                                   _mm256_slli_epi16(sc16, Fmt::kOffsetShift));
-      const F64 dv = fset(h2f(w[b].d));
+      const float d = h2f(w[b].d);
       [[maybe_unused]] float dmin = 0.0f;
       if constexpr (Fmt::kMins) dmin = h2f(w[b].dmin);
       for (int t = 0; t < NT; ++t) {
@@ -296,9 +280,9 @@ struct KQuant16 {
         for (int g = 0; g < 4; ++g) s = dot_s16(s, maddubs(k.w[g], load64(q.qs + 64 * g)), scv[g]);
         const __m256i bsums = load32(q.bsums);
         if constexpr (Fmt::kOffsetShift > 0) s = dot_s16_low(s, bsums, neg_sc);
-        acc[t] = fmadd_ds(s, dv, q.d, acc[t]);
+        acc[t] = fmadd(s, d * q.d, acc[t]);
         if constexpr (Fmt::kMins)
-          add_min(acc[t], min_acc[t], _mm256_madd_epi16(bsums, mn16), -dmin * q.d);
+          min_acc[t] = fmadd8(_mm256_madd_epi16(bsums, mn16), -dmin * q.d, min_acc[t]);
       }
     }
     for (int t = 0; t < NT; ++t) out[t] = reduce(acc[t]) + reduce8(min_acc[t]);

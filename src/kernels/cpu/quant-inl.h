@@ -173,13 +173,6 @@ inline F64 fmadd2(I64 i, float s_lo, float s_hi, F64 acc) {
   const __m512 s = _mm512_insertf32x8(_mm512_set1_ps(s_lo), _mm256_set1_ps(s_hi), 1);
   return {_mm512_fmadd_ps(_mm512_cvtepi32_ps(i.v), s, acc.v)};
 }
-// acc += float(i) * dv * s: dv a vector of one row's scale, s a token's.
-inline F64 fmadd_ds(I64 i, F64 dv, float s, F64 acc) {
-  return {_mm512_fmadd_ps(_mm512_cvtepi32_ps(i.v), _mm512_mul_ps(dv.v, _mm512_set1_ps(s)), acc.v)};
-}
-inline F64 fset(float s) {
-  return {_mm512_set1_ps(s)};
-}
 inline float reduce(F64 a) {
   return _mm512_reduce_add_ps(a.v);
 }
@@ -272,14 +265,6 @@ inline F64 fmadd2(I64 i, float s_lo, float s_hi, F64 acc) {
 }
 inline F64 add(F64 a, F64 b) {
   return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
-}
-inline F64 fmadd_ds(I64 i, F64 dv, float s, F64 acc) {
-  const __m256 sv = _mm256_mul_ps(dv.lo, _mm256_set1_ps(s));
-  return {_mm256_fmadd_ps(_mm256_cvtepi32_ps(i.lo), sv, acc.lo),
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(i.hi), sv, acc.hi)};
-}
-inline F64 fset(float s) {
-  return {_mm256_set1_ps(s), _mm256_set1_ps(s)};
 }
 inline float reduce(F64 a) {
   const __m256 s = _mm256_add_ps(a.lo, a.hi);
