@@ -269,8 +269,8 @@ struct KQuant16 {
       // as one more int16 pair dot with -(scale << shift) (|.| <= 4096).
       [[maybe_unused]] __m256i neg_sc;
       if constexpr (Fmt::kOffsetShift > 0)
-        neg_sc = _mm256_sub_epi16(_mm256_setzero_si256(),
-                                  _mm256_slli_epi16(sc16, Fmt::kOffsetShift));
+        neg_sc =
+            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, Fmt::kOffsetShift));
       const float d = h2f(w[b].d);
       [[maybe_unused]] float dmin = 0.0f;
       if constexpr (Fmt::kMins) dmin = h2f(w[b].dmin);
@@ -301,8 +301,8 @@ struct PackK32 {
     K32 k;
     // Lane r of sub-block rows 8sb .. 8sb + 7: scattered with one store each
     // (the scalar unpacking and 16 stores were most of the packing time).
-    const __m256i rows = _mm256_setr_epi32(0, kPR, 2 * kPR, 3 * kPR, 4 * kPR, 5 * kPR, 6 * kPR,
-                                           7 * kPR);
+    const __m256i rows =
+        _mm256_setr_epi32(0, kPR, 2 * kPR, 3 * kPR, 4 * kPR, 5 * kPR, 6 * kPR, 7 * kPR);
     for (int64_t sb = 0; sb < kc / kQK_K; ++sb) {
       Fmt::decode(w[sb], k);
       for (int g = 0; g < 4; ++g) store64(out + kQK_K * sb + 64 * g, k.w[g]);
@@ -325,8 +325,9 @@ struct PackK16 {
   static void pack(const uint8_t* row, int64_t k0, int64_t kc, uint8_t* out, Packed& p, int r) {
     const auto* w = reinterpret_cast<const typename Fmt::W*>(row) + k0 / kQK_K;
     K16 k;
-    const __m512i rows = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(kPR));
+    const __m512i rows =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(kPR));
     for (int64_t sb = 0; sb < kc / kQK_K; ++sb) {
       Fmt::decode(w[sb], k);
       for (int g = 0; g < 4; ++g) store64(out + kQK_K * sb + 64 * g, k.w[g]);
