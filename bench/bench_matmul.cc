@@ -3,11 +3,14 @@
 // and W[8192, 2048]), beside a read-bandwidth probe taken in the same run
 // (PERF.md: only ratios within one run count on these machines).
 //
-//   bench_matmul --benchmark_filter=Decode   # or Prefill, ReadBandwidth
+//   bench_matmul --benchmark_filter=Decode   # or Prefill, Batch, ReadBandwidth
 //   env SUSTAIN_BENCH_THREADS=2 (default: 2)
 //
 // Decode cycles through enough copies of the matrix to exceed the L3 cache,
-// so weights come from DRAM as they do in a real decode step.
+// so weights come from DRAM as they do in a real decode step. So does Batch:
+// 1..16 tokens (batched decode of that many sequences, or speculative
+// verification of that many drafted tokens), reported in GFLOP/s and in
+// microseconds per call, to compare with the 1-token time.
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -84,7 +87,8 @@ Weights make_weights(QType t, int64_t n_out, int64_t n_in, int n_copies) {
 void run(benchmark::State& state, QType t, int64_t n_out, int64_t n_in, int64_t n_tok) {
   // Decode: > 128 MiB of weights in rotation, far beyond L3.
   const size_t one = qtype_row_bytes(t, static_cast<uint64_t>(n_in)) * static_cast<size_t>(n_out);
-  const int copies = n_tok == 1 ? static_cast<int>(std::max<size_t>(1, (128u << 20) / one + 1)) : 1;
+  const int copies =
+      n_tok <= 16 ? static_cast<int>(std::max<size_t>(1, (128u << 20) / one + 1)) : 1;
   const Weights w = make_weights(t, n_out, n_in, copies);
   const auto x = noise(static_cast<size_t>(n_in * n_tok), 99);
   std::vector<float> y(static_cast<size_t>(n_out * n_tok));
@@ -152,6 +156,33 @@ SUSTAIN_MATMUL_BENCH(BM_Prefill_Q8_0_2048x8192, Q8_0, 2048, 8192, 512);
 SUSTAIN_MATMUL_BENCH(BM_Prefill_Q6_K_2048x8192, Q6_K, 2048, 8192, 512);
 SUSTAIN_MATMUL_BENCH(BM_Prefill_Q5_0_2048x8192, Q5_0, 2048, 8192, 512);
 SUSTAIN_MATMUL_BENCH(BM_Prefill_F16_2048x8192, F16, 2048, 8192, 512);
+
+// Small batches: the argument is the number of tokens.
+#define SUSTAIN_BATCH_BENCH(NAME, T, OUT, IN) \
+  void NAME(benchmark::State& s) {            \
+    run(s, QType::T, OUT, IN, s.range(0));    \
+  }                                           \
+  BENCHMARK(NAME)                             \
+      ->UseRealTime()                         \
+      ->Unit(benchmark::kMicrosecond)         \
+      ->Arg(1)                                \
+      ->Arg(2)                                \
+      ->Arg(4)                                \
+      ->Arg(8)                                \
+      ->Arg(9)                                \
+      ->Arg(12)                               \
+      ->Arg(16)
+
+SUSTAIN_BATCH_BENCH(BM_Batch_Q4_K_1536x576, Q4_K, 1536, 576);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q4_K_576x1536, Q4_K, 576, 1536);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q4_K_2048x8192, Q4_K, 2048, 8192);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q4_K_8192x2048, Q4_K, 8192, 2048);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q6_K_1536x576, Q6_K, 1536, 576);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q6_K_576x1536, Q6_K, 576, 1536);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q6_K_2048x8192, Q6_K, 2048, 8192);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q6_K_8192x2048, Q6_K, 8192, 2048);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q8_0_1536x576, Q8_0, 1536, 576);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q8_0_2048x8192, Q8_0, 2048, 8192);
 
 }  // namespace
 }  // namespace sustain::kernels

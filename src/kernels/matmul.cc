@@ -4,10 +4,11 @@
 // Work split: by output rows (each thread one contiguous range), so every
 // weight byte is read once per call however many tokens there are. Within a
 // thread's range, rows go in tiles of about kTileBytes of weights; a tile is
-// dotted with all tokens (in groups of 4, see cpu/quant-inl.h) before the next
-// tile, so in prefill a tile is read from memory once and reused from L2.
-// From kPackedMinTokens tokens on, targets with a packed kernel (AVX-512 VNNI,
-// cpu/packed-inl.h) take over: row tiles of 16, unpacked once per call.
+// dotted with all tokens (in groups of 8 on AVX-512, 4 on AVX2, see
+// cpu/quant-inl.h) before the next tile, so in prefill a tile is read from
+// memory once and reused from L2. From kPackedMinTokens* tokens on, targets
+// with a packed kernel (AVX-512 VNNI, cpu/packed-inl.h) take over: row tiles
+// of 16, unpacked once per call.
 // Only when there are too few rows to share out does the split go by tokens.
 #include <algorithm>
 #include <cstring>
@@ -26,8 +27,13 @@ constexpr size_t kAlign = 64;
 // Weight bytes per tile in prefill: well inside the 1 MiB L2 of the target
 // machines, leaving room for the activation rows streaming past.
 constexpr size_t kTileBytes = 192 * 1024;
-// From this many tokens on, unpacking a row tile once (cpu/packed-inl.h) pays.
-constexpr int64_t kPackedMinTokens = 16;
+// From this many tokens on, unpacking a row tile once (cpu/packed-inl.h) pays
+// (measured with bench_matmul's Batch family, docs/kernels.md): the 32-element
+// formats' tiles are cheap to pack (one scale per block) and beat the row
+// kernel from about 6 tokens; the K-quants' sub-block scales make packing
+// dearer, and the row kernel's 8-token groups stay ahead up to 15.
+constexpr int64_t kPackedMinTokensLegacy = 6;
+constexpr int64_t kPackedMinTokensKQuant = 16;
 
 size_t align_up(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
@@ -141,24 +147,24 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
   const cpu::TileFn tile = tile_for(w.type);
   SUSTAIN_CHECK(tile != nullptr);
   const int n_threads = pool.size();
-  if (n_tokens >= kPackedMinTokens) {
-    cpu::TileFn packed = cpu::legacy_packed_tile(w.type);
-    if (packed == nullptr) packed = cpu::kquant_packed_tile(w.type);
-    if (packed != nullptr) {
-      // Row tiles of 16 (the packed kernel's unit), shared out over threads.
-      const int64_t n_tiles = (w.n_out + 15) / 16;
-      if (n_tiles < n_threads) {  // too few tiles to share: split the tokens instead
-        pool.parallel_for(static_cast<size_t>(n_tokens), [&](size_t t0, size_t t1, int) {
-          packed(a, 0, w.n_out, static_cast<int64_t>(t0), static_cast<int64_t>(t1));
-        });
-        return;
-      }
-      pool.parallel_for(static_cast<size_t>(n_tiles), [&](size_t b, size_t e, int) {
-        packed(a, static_cast<int64_t>(b) * 16,
-               std::min<int64_t>(static_cast<int64_t>(e) * 16, w.n_out), 0, n_tokens);
+  cpu::TileFn packed = nullptr;
+  if (n_tokens >= kPackedMinTokensLegacy) packed = cpu::legacy_packed_tile(w.type);
+  if (packed == nullptr && n_tokens >= kPackedMinTokensKQuant)
+    packed = cpu::kquant_packed_tile(w.type);
+  if (packed != nullptr) {
+    // Row tiles of 16 (the packed kernel's unit), shared out over threads.
+    const int64_t n_tiles = (w.n_out + 15) / 16;
+    if (n_tiles < n_threads) {  // too few tiles to share: split the tokens instead
+      pool.parallel_for(static_cast<size_t>(n_tokens), [&](size_t t0, size_t t1, int) {
+        packed(a, 0, w.n_out, static_cast<int64_t>(t0), static_cast<int64_t>(t1));
       });
       return;
     }
+    pool.parallel_for(static_cast<size_t>(n_tiles), [&](size_t b, size_t e, int) {
+      packed(a, static_cast<int64_t>(b) * 16,
+             std::min<int64_t>(static_cast<int64_t>(e) * 16, w.n_out), 0, n_tokens);
+    });
+    return;
   }
   if (n_tokens > 1 && w.n_out < 4 * n_threads) {
     pool.parallel_for(static_cast<size_t>(n_tokens), [&](size_t t0, size_t t1, int) {

@@ -168,6 +168,27 @@ TEST_P(MatmulTest, SimdMatchesReferenceOnEveryTarget) {
   }
 }
 
+// Batched decode and speculative verification: every batch size from 1 to 17
+// (the token groups of every target, and one past the packed kernel's
+// threshold), on row counts that are not a multiple of any tile and strides
+// ldx / ldy unlike n_in / n_out (make_problem), split over threads by rows
+// (37 rows) and by tokens (3 rows).
+TEST_P(MatmulTest, EverySmallBatchMatchesReference) {
+  const QType t = GetParam();
+  const int64_t block = qtype_traits(t).block_elems;
+  const int64_t n_in = block == 256 ? 768 : 96;
+  ThreadPool pool(2);
+  uint64_t seed = 500;
+  for (int64_t n_out : {37, 3})
+    for (int64_t n_tok = 1; n_tok <= 17; ++n_tok) {
+      const Problem p = make_problem(t, n_out, n_in, n_tok, seed++);
+      const auto want = run_ref(p);
+      const auto scale = abs_dots(p);
+      for_each_target([&] { expect_close(p, run_simd(p, pool), want, scale, 1e-5); });
+      if (HasFailure()) return;
+    }
+}
+
 // The reference matmul differs from y = x . W_deq^T only by rounding the
 // activations to activation_type(): at most half a quantization step
 // (block amax / 254) per element for the 8-bit formats, doubled to cover the

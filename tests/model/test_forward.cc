@@ -209,8 +209,9 @@ TEST(ForwardGreedy, Qwen3MoeMatchesLlamaCpp) {
 
 // Several sequences in one batch = each alone; prompt chunking changes
 // nothing. With f32 weights the logits are bit-identical. With quantized
-// weights the matmul kernels take different tiling paths for 1, 4 and 16+
-// tokens, whose float accumulation order differs; when that flips one 8-bit
+// weights the matmul kernels take different tiling paths for 1, a group of
+// 4 (AVX2) or 8 (AVX-512), and 16+ tokens (6+ for Q8_0, Q4_0, Q5_0), whose
+// float accumulation order differs; when that flips one 8-bit
 // rounding of an activation, the change spreads through the layers of these
 // random-weight models (measured up to 0.015 of the logits' spread), hence
 // 0.05 here (the cross-engine bound is 0.15). Bit-identical results across

@@ -217,8 +217,7 @@ struct KQuant32 {
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& q = a[t][b];
         I64 s = zero();
-        for (int g = 0; g < 4; ++g)
-          s = add32(s, madd16(maddubs(k.w[g], load64(q.qs + 64 * g)), scv[g]));
+        for (int g = 0; g < 4; ++g) s = dot_s16(s, maddubs(k.w[g], load64(q.qs + 64 * g)), scv[g]);
         acc[t] = fmadd(s, d * q.d, acc[t]);
         min_acc[t] = fmadd8(_mm256_madd_epi16(load32(q.bsums), mins), -dmin * q.d, min_acc[t]);
       }
@@ -266,23 +265,24 @@ struct KQuant16 {
 #endif
       [[maybe_unused]] __m256i mn16;
       if constexpr (Fmt::kMins) mn16 = _mm256_cvtepu8_epi16(k.mn);
+      // The codes carry an offset: subtract offset * sum_j scale_j * bsum_j,
+      // as one more int16 pair dot with -(scale << shift) (|.| <= 4096).
+      [[maybe_unused]] __m256i neg_sc;
+      if constexpr (Fmt::kOffsetShift > 0)
+        neg_sc =
+            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, Fmt::kOffsetShift));
       const float d = h2f(w[b].d);
+      [[maybe_unused]] float dmin = 0.0f;
+      if constexpr (Fmt::kMins) dmin = h2f(w[b].dmin);
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& q = a[t][b];
         I64 s = zero();
-        for (int g = 0; g < 4; ++g)
-          s = add32(s, madd16(maddubs(k.w[g], load64(q.qs + 64 * g)), scv[g]));
+        for (int g = 0; g < 4; ++g) s = dot_s16(s, maddubs(k.w[g], load64(q.qs + 64 * g)), scv[g]);
         const __m256i bsums = load32(q.bsums);
-        if constexpr (Fmt::kOffsetShift > 0) {
-          // The codes carry an offset: subtract offset * sum_j scale_j * bsum_j.
-          const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), Fmt::kOffsetShift);
-          s = add32(s, widen(_mm256_sub_epi32(_mm256_setzero_si256(), corr)));
-        }
+        if constexpr (Fmt::kOffsetShift > 0) s = dot_s16_low(s, bsums, neg_sc);
         acc[t] = fmadd(s, d * q.d, acc[t]);
-        if constexpr (Fmt::kMins) {
-          const float dmin = h2f(w[b].dmin);
+        if constexpr (Fmt::kMins)
           min_acc[t] = fmadd8(_mm256_madd_epi16(bsums, mn16), -dmin * q.d, min_acc[t]);
-        }
       }
     }
     for (int t = 0; t < NT; ++t) out[t] = reduce(acc[t]) + reduce8(min_acc[t]);
@@ -299,15 +299,17 @@ struct PackK32 {
   static void pack(const uint8_t* row, int64_t k0, int64_t kc, uint8_t* out, Packed& p, int r) {
     const auto* w = reinterpret_cast<const typename Fmt::W*>(row) + k0 / kQK_K;
     K32 k;
-    uint8_t sc[8], mn[8];
+    // Lane r of sub-block rows 8sb .. 8sb + 7: scattered with one store each
+    // (the scalar unpacking and 16 stores were most of the packing time).
+    const __m256i rows =
+        _mm256_setr_epi32(0, kPR, 2 * kPR, 3 * kPR, 4 * kPR, 5 * kPR, 6 * kPR, 7 * kPR);
     for (int64_t sb = 0; sb < kc / kQK_K; ++sb) {
       Fmt::decode(w[sb], k);
       for (int g = 0; g < 4; ++g) store64(out + kQK_K * sb + 64 * g, k.w[g]);
-      unpack_k4_scales(w[sb].scales, sc, mn);
-      for (int j = 0; j < 8; ++j) {
-        p.sc[8 * sb + j][r] = sc[j];
-        p.mn[8 * sb + j][r] = mn[j];
-      }
+      __m128i sc16, mn16;
+      k4_scales_vec(w[sb].scales, sc16, mn16);
+      _mm256_i32scatter_epi32(&p.sc[8 * sb][r], rows, _mm256_cvtepu16_epi32(sc16), 4);
+      _mm256_i32scatter_epi32(&p.mn[8 * sb][r], rows, _mm256_cvtepu16_epi32(mn16), 4);
       p.d[sb][r] = h2f(w[sb].d);
       p.dmin[sb][r] = h2f(w[sb].dmin);
     }
@@ -323,12 +325,13 @@ struct PackK16 {
   static void pack(const uint8_t* row, int64_t k0, int64_t kc, uint8_t* out, Packed& p, int r) {
     const auto* w = reinterpret_cast<const typename Fmt::W*>(row) + k0 / kQK_K;
     K16 k;
-    alignas(16) int8_t sc[16];
+    const __m512i rows =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(kPR));
     for (int64_t sb = 0; sb < kc / kQK_K; ++sb) {
       Fmt::decode(w[sb], k);
       for (int g = 0; g < 4; ++g) store64(out + kQK_K * sb + 64 * g, k.w[g]);
-      _mm_store_si128(reinterpret_cast<__m128i*>(sc), k.sc);
-      for (int j = 0; j < 16; ++j) p.sc[16 * sb + j][r] = sc[j];
+      _mm512_i32scatter_epi32(&p.sc[16 * sb][r], rows, _mm512_cvtepi8_epi32(k.sc), 4);
       p.d[sb][r] = h2f(w[sb].d);
     }
   }

@@ -127,6 +127,22 @@ inline I64 maddubs(I64 u, I64 s) {
 inline I64 madd16(I64 a, I64 b) {
   return {_mm512_madd_epi16(a.v, b.v)};
 }
+// acc + madd16(a, b): one vpdpwssd on VNNI.
+inline I64 dot_s16(I64 acc, I64 a, I64 b) {
+#if SUSTAIN_VNNI
+  return {_mm512_dpwssd_epi32(acc.v, a.v, b.v)};
+#else
+  return add32(acc, madd16(a, b));
+#endif
+}
+// acc + madd of 16 int16 pairs into int32 lanes 0..7 (lanes 8..15 unchanged).
+inline I64 dot_s16_low(I64 acc, __m256i a, __m256i b) {
+#if SUSTAIN_VNNI
+  return {_mm512_dpwssd_epi32(acc.v, _mm512_zextsi256_si512(a), _mm512_zextsi256_si512(b))};
+#else
+  return add32(acc, {_mm512_zextsi256_si512(_mm256_madd_epi16(a, b))});
+#endif
+}
 // acc += sum of 4 adjacent u8 x s8 products per int32 lane.
 inline I64 dot_u8s8(I64 acc, I64 u, I64 s) {
 #if SUSTAIN_VNNI
@@ -215,6 +231,12 @@ inline I64 maddubs(I64 u, I64 s) {
 inline I64 madd16(I64 a, I64 b) {
   return {_mm256_madd_epi16(a.lo, b.lo), _mm256_madd_epi16(a.hi, b.hi)};
 }
+inline I64 dot_s16(I64 acc, I64 a, I64 b) {
+  return add32(acc, madd16(a, b));
+}
+inline I64 dot_s16_low(I64 acc, __m256i a, __m256i b) {
+  return {_mm256_add_epi32(acc.lo, _mm256_madd_epi16(a, b)), acc.hi};
+}
 inline I64 dot_u8s8(I64 acc, I64 u, I64 s) {
   const __m256i ones = _mm256_set1_epi16(1);
   return add32(acc, madd16(maddubs(u, s), {ones, ones}));
@@ -270,10 +292,26 @@ inline float reduce8(__m256 a) {
 #endif  // SUSTAIN_X86
 
 // The tile walk shared by the quantized matmul kernels: for each group of up
-// to 4 tokens, every weight row of the tile is dotted with all of them at once,
-// so a row is unpacked once per group and its bytes come from L1/L2 after the
-// first group. Kernel::Dot<NT>(w_row, act_rows[NT], n_in, out[NT]).
+// to kMaxTokens tokens, every weight row of the tile is dotted with all of them
+// at once, so a row is loaded and unpacked once per group (batched decode and
+// speculative verification have 2..16 tokens) and its bytes come from L1/L2
+// after the first group. Kernel::Dot<NT>(w_row, act_rows[NT], n_in, out[NT]).
+// AVX-512's 32 registers hold 8 tokens' accumulators beside an unpacked
+// super-block; AVX2's 16 hold 4.
+#if SUSTAIN_X86 == 512
+inline constexpr int kMaxTokens = 8;
+#else
 inline constexpr int kMaxTokens = 4;
+#endif
+
+// Kernel::Dot<nt> for a run-time nt in 1..NT.
+template <class Kernel, int NT>
+inline void dot_tokens(int nt, const uint8_t* w, const uint8_t* const* act, int64_t n, float* out) {
+  if constexpr (NT > 1) {
+    if (nt < NT) return dot_tokens<Kernel, NT - 1>(nt, w, act, n, out);
+  }
+  Kernel::template Dot<NT>(w, act, n, out);
+}
 
 template <class Kernel>
 void run_tile(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
@@ -285,20 +323,7 @@ void run_tile(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int
     float out[kMaxTokens];
     for (int64_t r = row0; r < row1; ++r) {
       const uint8_t* w = a.w + static_cast<size_t>(r) * a.w_stride;
-      switch (nt) {
-        case 4:
-          Kernel::template Dot<4>(w, act, a.n_in, out);
-          break;
-        case 3:
-          Kernel::template Dot<3>(w, act, a.n_in, out);
-          break;
-        case 2:
-          Kernel::template Dot<2>(w, act, a.n_in, out);
-          break;
-        default:
-          Kernel::template Dot<1>(w, act, a.n_in, out);
-          break;
-      }
+      dot_tokens<Kernel, kMaxTokens>(nt, w, act, a.n_in, out);
       for (int i = 0; i < nt; ++i) a.y[(t + i) * a.ldy + r] = out[i];
     }
   }
