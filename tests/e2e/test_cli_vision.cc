@@ -1,5 +1,11 @@
 // `sustain info` on vision projector (mmproj) files: the reference's tiny
 // Gemma 3 projector, and a broken copy whose problem is named.
+// `sustain vision-embed`: the embeddings of a reference image, and errors.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +59,52 @@ TEST(CliVision, InfoNamesTheProblemOfABrokenProjector) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("PROBLEM"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("v.post_ln.weight"), std::string::npos) << r.out;
+}
+
+std::vector<float> read_f32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> v(b.size() / 4);
+  std::memcpy(v.data(), b.data(), v.size() * 4);
+  return v;
+}
+
+TEST(CliVision, VisionEmbedWritesTheReferenceEmbeddings) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string out = tmp_path("wide50x20.embd.f32");
+  auto r = run_cli("vision-embed --mmproj " + mmproj("mmproj-tinygemma3-pool4.gguf") + " --image " +
+                   ref_path("vision/images/wide50x20.png") + " -o " + out + " -t 1 --repeat 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto got = read_f32(out);
+  const auto ref = read_f32(ref_path("vision/vision/mmproj-tinygemma3-pool4.wide50x20.embd.f32"));
+  ASSERT_EQ(got.size(), 16u * 128);
+  ASSERT_EQ(got.size(), ref.size());
+  double mean = 0, var = 0, max_abs = 0;
+  for (float x : ref) mean += x;
+  mean /= static_cast<double>(ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    var += (ref[i] - mean) * (ref[i] - mean);
+    max_abs = std::max(max_abs, std::fabs(static_cast<double>(got[i]) - ref[i]));
+  }
+  EXPECT_LE(max_abs / std::sqrt(var / static_cast<double>(ref.size())), 0.01);
+  std::ifstream js(out + ".json");
+  const auto j = nlohmann::json::parse(js);
+  EXPECT_EQ(j.at("n_image_tokens"), 16);
+  EXPECT_EQ(j.at("n_embd"), 128);
+  EXPECT_EQ(j.at("preprocessing").at("resized"), nlohmann::json({32, 13}));
+  EXPECT_EQ(j.at("preprocessing").at("pad_offset_xy"), nlohmann::json({0, 9}));
+  EXPECT_EQ(j.at("encode_ms").size(), 2u);
+}
+
+TEST(CliVision, VisionEmbedNamesABadImage) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string bad = tmp_path("not_an_image.png");
+  std::ofstream(bad) << "hello";
+  auto r = run_cli("vision-embed --mmproj " + mmproj("mmproj-tinygemma3.gguf") + " --image " + bad +
+                   " -o " + tmp_path("never.f32"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("not_an_image.png"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not an image"), std::string::npos) << r.err;
 }
 
 }  // namespace
