@@ -11,6 +11,7 @@ PKGS=(
   libcli11-dev               # command-line parsing with range-checked flags
   libfmt-dev                 # formatting of messages and tables
   libcpp-httplib-dev         # HTTP server (serving issue)
+  libstb-dev                 # PNG/JPEG decoding for image input (the reference's decoder)
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev           # microbenchmarks
 )

@@ -5,8 +5,10 @@
 #     (FUZZ_SECONDS, default 60), the chat-template engine, the server's
 #     request validation, the grammar module, the tokenizer (every
 #     vocabulary in ../shared/ref/vocab) and the stop-string matcher with its
-#     SSE framing (default 30 each) - each run for a bounded time on its seed
-#     corpus, plus the malformed-file unit tests under the same sanitizers.
+#     SSE framing, and image decoding (default 30 each) - each run for a
+#     bounded time on its seed corpus, plus the malformed-file unit tests
+#     and the vision tests (decoding of untrusted image bytes) under the
+#     same sanitizers.
 # Tests that need ../shared/ref report "skipped" where it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +19,6 @@ if [ "${SKIP_FUZZ:-0}" != "1" ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSUSTAIN_SANITIZE=ON -DSUSTAIN_FUZZ=ON >/dev/null
   cmake --build build-fuzz -j"$(nproc)" --target fuzz_gguf fuzz_chat_template fuzz_request fuzz_grammar \
-    fuzz_tokenizer fuzz_stop_strings test_gguf
+    fuzz_tokenizer fuzz_stop_strings fuzz_image test_gguf test_vision
   (cd build-fuzz && ctest --output-on-failure -L sanitize -j"$(nproc)")
 fi

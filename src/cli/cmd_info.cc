@@ -1,6 +1,7 @@
 // `sustain info FILE`: what a GGUF file holds — architecture, parameter
 // count, tensor formats and bytes, KV-cache bytes per token for each KV
-// format, tokenizer — as text or JSON.
+// format, tokenizer — as text or JSON. A vision projector (mmproj) file is
+// described by its encoder, input size and image tokens instead.
 #include <cstdio>
 #include <map>
 
@@ -12,6 +13,7 @@
 #include "model/arch_config.h"
 #include "model/weights.h"
 #include "tools/quant_mix.h"
+#include "vision/projector.h"
 
 namespace sustain::cli {
 namespace {
@@ -75,6 +77,34 @@ std::string value_summary(const gguf::Value& v) {
     case VT::kInt64: return fmt::format("{}", std::get<int64_t>(v.v));
     default: return fmt::format("{}", std::get<uint64_t>(v.v));
   }
+}
+
+// j["vision"]: the projector's hyperparameters, or the problem that stops it loading.
+void describe_projector(const std::string& path, nlohmann::ordered_json& j) {
+  auto& v = j["vision"];
+  auto p = vision::Projector::open(path);
+  if (!p) {
+    v["problem"] = p.status().message();
+    return;
+  }
+  const vision::VisionHparams& hp = p->hparams();
+  j["name"] = "vision projector, " + hp.projector_type;
+  v["projector_type"] = hp.projector_type;
+  v["image_size"] = hp.image_size;
+  v["patch_size"] = hp.patch_size;
+  v["n_patches"] = hp.n_patches();
+  v["n_layer"] = hp.n_layer;
+  v["n_embd"] = hp.n_embd;
+  v["n_ff"] = hp.n_ff;
+  v["n_head"] = hp.n_head;
+  v["head_dim"] = hp.head_dim();
+  v["eps"] = hp.eps;
+  v["image_mean"] = hp.image_mean;
+  v["image_std"] = hp.image_std;
+  v["n_image_tokens"] = p->n_tokens();
+  v["out_dim"] = p->out_dim();
+  v["bytes"] = p->tensor_bytes();
+  for (const auto& [k, val] : p->head().describe()) v["projector"][k] = val;
 }
 
 int run_info(const InfoArgs& a) {
@@ -183,6 +213,8 @@ int run_info(const InfoArgs& a) {
         j["kv_bytes_per_token"][key] = nullptr;
       }
     }
+  } else if (vision::is_projector_file(f)) {
+    describe_projector(a.path, j);
   } else {
     arch_problem = cfg.status().message();
     j["arch_problem"] = arch_problem;
@@ -278,6 +310,32 @@ int run_info(const InfoArgs& a) {
       line("weights       PROBLEM: " + j["weights_problem"].get<std::string>());
     else
       line("weights       every tensor present with the expected shape");
+  } else if (j.contains("vision")) {
+    const auto& v = j["vision"];
+    if (v.contains("image_size")) {
+      line(fmt::format("encoder       ViT: {} blocks, width {}, FFN {}, {} heads of {}, "
+                       "LayerNorm eps {}",
+                       v["n_layer"].get<uint32_t>(), v["n_embd"].get<uint32_t>(),
+                       v["n_ff"].get<uint32_t>(), v["n_head"].get<uint32_t>(),
+                       v["head_dim"].get<uint32_t>(), v["eps"].get<float>()));
+      line(fmt::format("image         {0}x{0} input, {1}x{1} patches -> {2} patches, "
+                       "mean {3} std {4}",
+                       v["image_size"].get<uint32_t>(), v["patch_size"].get<uint32_t>(),
+                       v["n_patches"].get<uint32_t>(), v["image_mean"].dump(),
+                       v["image_std"].dump()));
+      std::string facts;
+      for (auto it = v["projector"].begin(); it != v["projector"].end(); ++it)
+        facts += fmt::format("{}{}: {}", facts.empty() ? "" : "; ", it.key(),
+                             it.value().get<std::string>());
+      line(fmt::format("projector     {} ({})", v["projector_type"].get<std::string>(), facts));
+      line(fmt::format("output        {} image tokens of width {} per image "
+                       "(the text model's n_embd)",
+                       v["n_image_tokens"].get<int64_t>(), v["out_dim"].get<int64_t>()));
+    }
+    if (v.contains("problem"))
+      line("weights       PROBLEM: " + v["problem"].get<std::string>());
+    else
+      line("weights       every tensor present with the expected shape");
   } else {
     line("hparams       not available: " + arch_problem);
   }
@@ -338,7 +396,7 @@ int run_info(const InfoArgs& a) {
 
 Runner add_info(CLI::App& app) {
   auto args = std::make_shared<InfoArgs>();
-  auto* sub = app.add_subcommand("info", "Describe a GGUF file: architecture, parameters, formats, KV bytes per token, tokenizer");
+  auto* sub = app.add_subcommand("info", "Describe a GGUF file: architecture, parameters, formats, KV bytes per token, tokenizer; or a vision projector (mmproj)");
   sub->add_option("file", args->path, "GGUF file")->required();
   sub->add_flag("--json", args->json, "print a JSON object instead of text");
   sub->add_flag("--tensors", args->tensors, "list every tensor (name, type, shape, bytes, offset)");

@@ -21,6 +21,7 @@ Runner add_plan(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_eval(CLI::App& app);
+Runner add_vision_embed(CLI::App& app);
 
 // Prints "sustain: error: <msg>" to stderr; returns the exit code for errors.
 int fail(const std::string& msg);

@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   reg(add_logits(app));
   reg(add_tokenize(app));
   reg(add_info(app));
+  reg(add_vision_embed(app));
   reg(add_synth(app));
   reg(add_quantize(app));
   reg(add_plan(app));

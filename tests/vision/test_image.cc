@@ -1,0 +1,160 @@
+// Decoding: the reference PNGs give their raw RGB; synthetic PNG/JPEG bytes
+// decode; every kind of bad input is refused with an error naming it.
+#include <cstring>
+
+#include <gtest/gtest.h>
+#include <stb_image_write.h>
+
+#include "vision/image.h"
+#include "vision_test_util.h"
+
+namespace sustain::vision {
+namespace {
+
+void append(void* ctx, void* data, int size) {
+  auto* v = static_cast<std::vector<uint8_t>*>(ctx);
+  v->insert(v->end(), static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+}
+
+std::vector<uint8_t> png_bytes(int w, int h, int comp, const std::vector<uint8_t>& px) {
+  std::vector<uint8_t> out;
+  EXPECT_NE(stbi_write_png_to_func(append, &out, w, h, comp, px.data(), w * comp), 0);
+  return out;
+}
+
+std::vector<uint8_t> jpeg_bytes(int w, int h, const std::vector<uint8_t>& rgb) {
+  std::vector<uint8_t> out;
+  EXPECT_NE(stbi_write_jpg_to_func(append, &out, w, h, 3, rgb.data(), 100), 0);
+  return out;
+}
+
+uint32_t crc32(const uint8_t* p, size_t n) {
+  uint32_t c = 0xffffffffu;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= p[i];
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+  }
+  return c ^ 0xffffffffu;
+}
+
+std::vector<uint8_t> pattern(int w, int h, int comp) {
+  std::vector<uint8_t> px(static_cast<size_t>(w) * h * comp);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 37 + 11);
+  return px;
+}
+
+TEST(VisionImage, ReferencePngsDecodeToTheirRawRgb) {
+  SUSTAIN_REQUIRE_REF();
+  for (const char* stem : {"solid32", "gradient32", "wide50x20"}) {
+    auto img = load_image(test::vision_ref(std::string("images/") + stem + ".png"));
+    ASSERT_TRUE(img) << img.status().message();
+    const auto raw = test::read_bytes(test::vision_ref(std::string("images/") + stem + ".rgb"));
+    EXPECT_EQ(img->rgb, raw) << stem;
+    EXPECT_EQ(static_cast<size_t>(img->width) * img->height * 3, raw.size());
+  }
+  auto wide = load_image(test::vision_ref("images/wide50x20.png"));
+  ASSERT_TRUE(wide);
+  EXPECT_EQ(wide->width, 50);
+  EXPECT_EQ(wide->height, 20);
+}
+
+TEST(VisionImage, PngWithAlphaDropsIt) {
+  const auto rgba = pattern(5, 3, 4);
+  auto img = decode_image(png_bytes(5, 3, 4, rgba).data(), png_bytes(5, 3, 4, rgba).size(), "t");
+  ASSERT_TRUE(img) << img.status().message();
+  ASSERT_EQ(img->width, 5);
+  ASSERT_EQ(img->height, 3);
+  for (int i = 0; i < 15; ++i)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(img->rgb[i * 3 + c], rgba[i * 4 + c]);
+}
+
+TEST(VisionImage, GreyPngIsReplicated) {
+  const auto g = pattern(4, 4, 1);
+  const auto bytes = png_bytes(4, 4, 1, g);
+  auto img = decode_image(bytes.data(), bytes.size(), "grey");
+  ASSERT_TRUE(img) << img.status().message();
+  for (int i = 0; i < 16; ++i)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(img->rgb[i * 3 + c], g[i]);
+}
+
+TEST(VisionImage, JpegDecodes) {
+  std::vector<uint8_t> rgb(16 * 8 * 3);
+  for (size_t i = 0; i < rgb.size(); i += 3) rgb[i] = 200, rgb[i + 1] = 40, rgb[i + 2] = 90;
+  const auto bytes = jpeg_bytes(16, 8, rgb);
+  auto img = decode_image(bytes.data(), bytes.size(), "solid.jpg");
+  ASSERT_TRUE(img) << img.status().message();
+  ASSERT_EQ(img->width, 16);
+  ASSERT_EQ(img->height, 8);
+  for (size_t i = 0; i < rgb.size(); ++i) EXPECT_NEAR(img->rgb[i], rgb[i], 3) << i;
+}
+
+void expect_error(const std::vector<uint8_t>& b, const std::string& needle,
+                  const DecodeLimits& lim = {}) {
+  auto img = decode_image(b.data(), b.size(), "part 3", lim);
+  ASSERT_FALSE(img) << "decoded although " << needle;
+  EXPECT_NE(img.status().message().find("part 3"), std::string::npos) << img.status().message();
+  EXPECT_NE(img.status().message().find(needle), std::string::npos) << img.status().message();
+}
+
+TEST(VisionImage, NotAnImage) {
+  const std::string text = "{\"not\": \"an image\"}";
+  expect_error(std::vector<uint8_t>(text.begin(), text.end()), "not an image");
+  expect_error({}, "not an image");
+  // A GIF: a real image, but not a format this build accepts.
+  const std::string gif = "GIF89a\x01\x00\x01\x00\x00\x00\x00;";
+  expect_error(std::vector<uint8_t>(gif.begin(), gif.end()), "not an image");
+}
+
+TEST(VisionImage, TruncatedPng) {
+  auto b = png_bytes(8, 8, 3, pattern(8, 8, 3));
+  for (size_t keep : {b.size() - 1, b.size() - 12, b.size() / 2, size_t{20}, size_t{9}}) {
+    std::vector<uint8_t> t(b.begin(), b.begin() + static_cast<long>(keep));
+    expect_error(t, "truncated PNG");
+  }
+}
+
+TEST(VisionImage, CorruptPngBytes) {
+  auto b = png_bytes(8, 8, 3, pattern(8, 8, 3));
+  // A flipped bit in the middle of the compressed pixels: stb_image alone
+  // would decode wrong pixels without noticing; the chunk CRC catches it.
+  auto c = b;
+  c[c.size() / 2] ^= 0x10;
+  expect_error(c, "corrupt PNG");
+  // A valid CRC over a nonsense header: the decoder's own check names it.
+  auto h = b;
+  h[16] = 0x7f;                            // IHDR width's top byte: two billion pixels wide
+  const uint32_t crc = crc32(&h[12], 17);  // chunk type + 13 bytes of IHDR data
+  for (int i = 0; i < 4; ++i) h[29 + i] = static_cast<uint8_t>(crc >> (24 - 8 * i));
+  expect_error(h, "corrupt PNG header");
+}
+
+TEST(VisionImage, TruncatedJpeg) {
+  std::vector<uint8_t> rgb = pattern(32, 32, 3);
+  auto b = jpeg_bytes(32, 32, rgb);
+  ASSERT_TRUE(decode_image(b.data(), b.size(), "whole"));
+  std::vector<uint8_t> t(b.begin(), b.begin() + static_cast<long>(b.size() * 2 / 3));
+  expect_error(t, "truncated JPEG");
+  std::vector<uint8_t> head(b.begin(), b.begin() + 100);
+  expect_error(head, "JPEG");
+}
+
+TEST(VisionImage, OverThePixelLimit) {
+  auto b = png_bytes(40, 30, 3, pattern(40, 30, 3));
+  DecodeLimits lim;
+  lim.max_pixels = 40 * 30 - 1;
+  expect_error(b, "40x30 = 1200 pixels, over the limit of 1199", lim);
+  lim.max_pixels = 40 * 30;
+  EXPECT_TRUE(decode_image(b.data(), b.size(), "at the limit", lim));
+  DecodeLimits bytes_lim;
+  bytes_lim.max_file_bytes = b.size() - 1;
+  expect_error(b, "over the limit", bytes_lim);
+}
+
+TEST(VisionImage, MissingFileIsNamed) {
+  auto img = load_image("/nonexistent/dir/picture.png");
+  ASSERT_FALSE(img);
+  EXPECT_NE(img.status().message().find("picture.png"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sustain::vision
