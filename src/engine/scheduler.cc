@@ -30,6 +30,9 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // While the step cost model is still learning, prefill chunks beside
 // decoding streams are at most this long (and teach it what tokens cost).
 constexpr int64_t kExploreChunk = 64;
+// Steps are planned to this share of the target: the cost model predicts a
+// step's mean, and a step longer than the target is what a stream sees.
+constexpr double kTargetMargin = 0.9;
 
 // --spec draft: the second GGUF, checked against the target's vocabulary,
 // with a KV pool that mirrors the target's (its pool tokens plus one
@@ -622,7 +625,8 @@ bool Scheduler::step() {
       // The latency target: as many tokens as the predicted step time
       // allows; the first chunk of the step never below kMinPrefillChunk.
       // While the cost model is still learning, chunks stay small.
-      int64_t fit = explore ? std::min(n, kExploreChunk) : prefill_fit(shape, s->n_computed, n, target);
+      int64_t fit = explore ? std::min(n, kExploreChunk)
+                            : prefill_fit(shape, s->n_computed, n, kTargetMargin * target);
       const int64_t floor = prefill_given ? 0 : std::min(n, kMinPrefillChunk);
       if (fit < floor) {
         fit = floor;
