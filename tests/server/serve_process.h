@@ -26,18 +26,24 @@
 
 namespace sustain::test {
 
+// A model made once with `sustain synth SYNTH_ARGS` into tmp/NAME (written
+// under another name first, so a run cut short leaves no half file); "" if
+// synth failed.
+inline std::string synth_once(const std::string& name, const std::string& synth_args) {
+  const std::string p = tmp_path(name);
+  if (!std::filesystem::exists(p)) {
+    const std::string part = p + ".part" + std::to_string(getpid());
+    auto r = run_cli("synth " + synth_args + " -t 2 -o " + part);
+    if (r.exit_code != 0) return std::string();
+    std::filesystem::rename(part, p);
+  }
+  return p;
+}
+
 // tiny-qwen3 (BPE vocabulary, Qwen3's chat template) with random weights.
 inline std::string server_model() {
-  static const std::string path = [] {
-    const std::string p = tmp_path("server_tiny_qwen3.gguf");
-    if (!std::filesystem::exists(p)) {
-      const std::string part = p + ".part" + std::to_string(getpid());
-      auto r = run_cli("synth --preset tiny-qwen3 --seed 3 -t 2 -o " + part);
-      if (r.exit_code != 0) return std::string();
-      std::filesystem::rename(part, p);
-    }
-    return p;
-  }();
+  static const std::string path =
+      synth_once("server_tiny_qwen3.gguf", "--preset tiny-qwen3 --seed 3");
   return path;
 }
 

@@ -18,16 +18,8 @@ using SteadyClock = std::chrono::steady_clock;
 // smollm2-135m's shape in Q4_K_M: a step takes milliseconds, a 512-token
 // chunk hundreds of them on two cores.
 std::string tpot_model() {
-  static const std::string path = [] {
-    const std::string p = tmp_path("server_smollm2_q4km.gguf");
-    if (!std::filesystem::exists(p)) {
-      const std::string part = p + ".part" + std::to_string(getpid());
-      auto r = run_cli("synth --preset smollm2-135m --type Q4_K_M --seed 4 -t 2 -o " + part);
-      if (r.exit_code != 0) return std::string();
-      std::filesystem::rename(part, p);
-    }
-    return p;
-  }();
+  static const std::string path =
+      synth_once("server_smollm2_q4km.gguf", "--preset smollm2-135m --type Q4_K_M --seed 4");
   return path;
 }
 
