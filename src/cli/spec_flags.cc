@@ -7,7 +7,8 @@ namespace sustain::cli {
 void add_spec_flags(CLI::App* sub, SpecArgs& a) {
   sub->add_option("--spec", a.spec,
                   "speculative decoding: proposers, comma-separated, the first that drafts wins "
-                  "(ngram: prompt lookup; draft: --draft-model); a server request opts out with "
+                  "(ngram: prompt lookup; draft: --draft-model; mtp: the model's own MTP head, one "
+                  "token a step); a server request opts out with "
                   "\"speculative\": false");
   sub->add_option("--draft-model,--model-draft", a.draft_model,
                   "--spec draft: a smaller GGUF with the same vocabulary (alias -md)");
