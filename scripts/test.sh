@@ -7,8 +7,8 @@
 #     vocabulary in ../shared/ref/vocab) and the stop-string matcher with its
 #     SSE framing, and image decoding (default 30 each) - each run for a
 #     bounded time on its seed corpus, plus the malformed-file unit tests
-#     and the vision tests (decoding of untrusted image bytes) under the
-#     same sanitizers.
+#     and the image-decoding tests (untrusted bytes) under the same
+#     sanitizers.
 # Tests that need ../shared/ref report "skipped" where it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,6 @@ if [ "${SKIP_FUZZ:-0}" != "1" ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSUSTAIN_SANITIZE=ON -DSUSTAIN_FUZZ=ON >/dev/null
   cmake --build build-fuzz -j"$(nproc)" --target fuzz_gguf fuzz_chat_template fuzz_request fuzz_grammar \
-    fuzz_tokenizer fuzz_stop_strings fuzz_image test_gguf test_vision
+    fuzz_tokenizer fuzz_stop_strings fuzz_image test_gguf test_vision_image
   (cd build-fuzz && ctest --output-on-failure -L sanitize -j"$(nproc)")
 fi
