@@ -713,7 +713,9 @@ bool Scheduler::step() {
     int64_t row = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       const Seq* s = seqs[i];
-      if (!s->done)
+      // A request that opted out of speculation never drafts: its hidden
+      // states would only cost the MTP block a forward.
+      if (!s->done && s->st->req.speculative)
         obs.push_back({s->st->id, s->tokens, pos0[i], s->n_computed - pos0[i],
                        hidden_rows.data() + row * d});
       row += len[i];
