@@ -1,10 +1,12 @@
 // Image decoding through stb_image (Debian's libstb), the decoder the
 // reference uses, so decoded pixels, JPEG's IDCT and chroma upsampling
 // included, are the reference's. stb_image trusts a file's structure more
-// than we do: it skips PNG chunk CRCs and reads past the end of a JPEG as
-// zeros. So the container is checked here first (PNG chunks and CRCs, a JPEG
-// end-of-image marker after its last scan), and the pixel count is checked
-// from the header before stb_image allocates anything.
+// than we do: it skips PNG chunk CRCs, reads past the end of a JPEG as
+// zeros, and (2.27) builds a Huffman table of any size into a fixed array. So
+// the container is checked here first (PNG chunks and CRCs; JPEG segments
+// from SOI to EOI, Huffman tables included), and the pixel count is checked
+// from the header before stb_image allocates anything. stb_image itself is
+// compiled in stb_decode.cc, where its assertions are errors.
 #include "vision/image.h"
 
 #include <array>
@@ -12,9 +14,8 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <memory>
 
-#include <stb_image.h>
+#include "vision/stb_decode.h"
 
 namespace sustain::vision {
 namespace {
@@ -77,29 +78,94 @@ Status check_png(const uint8_t* d, size_t n, const std::string& what) {
   }
 }
 
-// Entropy-coded data never holds 0xFF 0xD9 (a data 0xFF is stuffed as FF 00),
-// so an end-of-image marker after the last start-of-scan means the last scan
-// is complete. An EXIF thumbnail's markers come before the main image's scans.
-Status check_jpeg(const uint8_t* d, size_t n, const std::string& what) {
-  size_t last_sos = 0, last_eoi = 0;
-  bool sos = false, eoi = false;
-  for (size_t i = 2; i + 1 < n; ++i) {
-    if (d[i] != 0xff) continue;
-    if (d[i + 1] == 0xda) sos = true, last_sos = i;
-    if (d[i + 1] == 0xd9) eoi = true, last_eoi = i;
+uint16_t be16(const uint8_t* p) {
+  return static_cast<uint16_t>((p[0] << 8) | p[1]);
+}
+
+// One DHT segment's tables: class 0 or 1, id 0 to 3, and at most 256 codes
+// each (a table over 256 writes past stb_image 2.27's arrays).
+Status check_dht(const uint8_t* p, size_t n, size_t off, const std::string& what) {
+  while (n > 0) {
+    if (n < 17)
+      return error(Code::kBadFile, "{}: corrupt JPEG: Huffman table at offset {} is cut off", what,
+                   off);
+    const int tc = p[0] >> 4, th = p[0] & 15;
+    if (tc > 1 || th > 3)
+      return error(Code::kBadFile,
+                   "{}: corrupt JPEG: Huffman table at offset {} has class {} and id {} (at most "
+                   "1 and 3)",
+                   what, off, tc, th);
+    size_t codes = 0;
+    for (int i = 1; i <= 16; ++i) codes += p[i];
+    if (codes > 256)
+      return error(Code::kBadFile,
+                   "{}: corrupt JPEG: Huffman table at offset {} has {} codes (at most 256)", what,
+                   off, codes);
+    if (n - 17 < codes)
+      return error(Code::kBadFile, "{}: corrupt JPEG: Huffman table at offset {} is cut off", what,
+                   off);
+    p += 17 + codes;
+    off += 17 + codes;
+    n -= 17 + codes;
   }
-  if (!sos) return error(Code::kBadFile, "{}: truncated or corrupt JPEG: no image scan", what);
-  if (!eoi || last_eoi < last_sos)
-    return error(Code::kBadFile,
-                 "{}: truncated JPEG: the last scan (offset {}) has no end-of-image marker after "
-                 "it ({} bytes in all)",
-                 what, last_sos, n);
   return Status::ok();
 }
 
-struct StbFree {
-  void operator()(unsigned char* p) const { stbi_image_free(p); }
-};
+bool is_rst(uint8_t m) {
+  return m >= 0xd0 && m <= 0xd7;
+}
+
+// Walks the segments from SOI to EOI the way a decoder reads them: each
+// marker segment by its length, each scan's entropy-coded data up to the next
+// marker (in it, 0xFF is only ever followed by a stuffed 0x00 or a restart
+// marker). So a truncated file is one that ends before EOI, and every Huffman
+// table the decoder will build is checked here first.
+Status check_jpeg(const uint8_t* d, size_t n, const std::string& what) {
+  size_t i = 2;  // past SOI
+  bool scan = false;
+  while (true) {
+    if (i >= n)
+      return error(Code::kBadFile, "{}: truncated JPEG: {} bytes, cut off before the end-of-image "
+                   "marker", what, n);
+    if (d[i] != 0xff)
+      return error(Code::kBadFile, "{}: corrupt JPEG: byte {:#04x} at offset {} where a marker "
+                   "belongs", what, d[i], i);
+    const size_t at = i;
+    while (i < n && d[i] == 0xff) ++i;  // fill bytes
+    if (i >= n) continue;
+    const uint8_t m = d[i++];
+    if (m == 0xd9) {
+      if (!scan) return error(Code::kBadFile, "{}: corrupt JPEG: no image scan", what);
+      return Status::ok();
+    }
+    if (m == 0x01 || is_rst(m)) continue;  // markers without a length
+    if (m == 0x00 || m == 0xd8)
+      return error(Code::kBadFile, "{}: corrupt JPEG: marker {:#04x} at offset {}", what, m, at);
+    if (n - i < 2)
+      return error(Code::kBadFile, "{}: truncated JPEG: {} bytes, cut off in the segment at "
+                   "offset {}", what, n, at);
+    const size_t len = be16(d + i);
+    if (len < 2)
+      return error(Code::kBadFile, "{}: corrupt JPEG: segment at offset {} has length {}", what,
+                   at, len);
+    if (len > n - i)
+      return error(Code::kBadFile, "{}: truncated JPEG: the segment at offset {} needs {} bytes, "
+                   "the file ends {} bytes later", what, at, len, n - i);
+    if (m == 0xc4) SUSTAIN_TRY(check_dht(d + i + 2, len - 2, i + 2, what));
+    i += len;
+    if (m == 0xda) {
+      scan = true;
+      while (true) {
+        if (i + 1 >= n)
+          return error(Code::kBadFile,
+                       "{}: truncated JPEG: the scan at offset {} has no end-of-image marker "
+                       "after it ({} bytes in all)", what, at, n);
+        if (d[i] == 0xff && d[i + 1] != 0x00 && !is_rst(d[i + 1])) break;
+        i += (d[i] == 0xff) ? 2 : 1;
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -125,10 +191,12 @@ Expected<Image> decode_image(const uint8_t* data, size_t size, const std::string
   }
   const int len = static_cast<int>(size);
 
-  int w = 0, h = 0, comp = 0;
-  if (!stbi_info_from_memory(data, len, &w, &h, &comp))
+  stb::Info hdr;
+  std::string reason;
+  if (!stb::info(data, len, &hdr, &reason))
     return error(Code::kBadFile, "{}: corrupt {} header ({})", what, image_format_name(fmt),
-                 stbi_failure_reason());
+                 reason);
+  const int w = hdr.width, h = hdr.height;
   if (w <= 0 || h <= 0)
     return error(Code::kBadFile, "{}: {} says it is {}x{} pixels", what, image_format_name(fmt), w,
                  h);
@@ -138,19 +206,19 @@ Expected<Image> decode_image(const uint8_t* data, size_t size, const std::string
                  "{}: image is {}x{} = {} pixels, over the limit of {} pixels", what, w, h, pixels,
                  limits.max_pixels);
 
-  int w2 = 0, h2 = 0, comp2 = 0;
-  std::unique_ptr<unsigned char, StbFree> px(
-      stbi_load_from_memory(data, len, &w2, &h2, &comp2, /*req_comp=*/3));
-  if (!px)
-    return error(Code::kBadFile, "{}: corrupt {} data ({})", what, image_format_name(fmt),
-                 stbi_failure_reason());
-  if (w2 != w || h2 != h)
-    return error(Code::kBadFile, "{}: corrupt {}: header says {}x{}, data decodes as {}x{}", what,
-                 image_format_name(fmt), w, h, w2, h2);
+  // What a decode may allocate in all: the largest case (16-bit RGBA PNG)
+  // holds the inflated rows, a 16-bit and an 8-bit copy and the RGB result.
+  const uint64_t budget = pixels * 32 + (64ull << 20);
   Image img;
+  stb::Info got;
+  if (!stb::load_rgb(data, len, budget, &got, &img.rgb, &reason))
+    return error(Code::kBadFile, "{}: corrupt {} data ({})", what, image_format_name(fmt),
+                 reason);
+  if (got.width != w || got.height != h)
+    return error(Code::kBadFile, "{}: corrupt {}: header says {}x{}, data decodes as {}x{}", what,
+                 image_format_name(fmt), w, h, got.width, got.height);
   img.width = w;
   img.height = h;
-  img.rgb.assign(px.get(), px.get() + pixels * 3);
   return img;
 }
 

@@ -138,6 +138,47 @@ TEST(VisionImage, TruncatedJpeg) {
   expect_error(head, "JPEG");
 }
 
+// A Huffman table of 257 codes: stb_image 2.27 would build it into its
+// 257-byte array and write past it; the segment walk refuses it first.
+TEST(VisionImage, OversizeHuffmanTableIsRefused) {
+  const auto good = jpeg_bytes(8, 8, pattern(8, 8, 3));
+  ASSERT_TRUE(decode_image(good.data(), good.size(), "whole"));
+  std::vector<uint8_t> dht = {0xff, 0xc4, 0x01, 0x14, 0x00};  // length 2 + 17 + 257 = 276
+  std::vector<uint8_t> counts(16, 0);
+  counts[14] = 2;
+  counts[15] = 255;
+  dht.insert(dht.end(), counts.begin(), counts.end());
+  for (int i = 0; i < 257; ++i) dht.push_back(static_cast<uint8_t>(i));
+  std::vector<uint8_t> b(good.begin(), good.begin() + 2);  // SOI
+  b.insert(b.end(), dht.begin(), dht.end());
+  b.insert(b.end(), good.begin() + 2, good.end());
+  expect_error(b, "257 codes (at most 256)");
+  // The same table inside a comment segment is only bytes, not a table.
+  std::vector<uint8_t> com = {0xff, 0xfe, 0x01, 0x18};  // length 2 + 278
+  com.insert(com.end(), dht.begin(), dht.end());
+  std::vector<uint8_t> c(good.begin(), good.begin() + 2);
+  c.insert(c.end(), com.begin(), com.end());
+  c.insert(c.end(), good.begin() + 2, good.end());
+  EXPECT_TRUE(decode_image(c.data(), c.size(), "comment"));
+}
+
+TEST(VisionImage, JpegSegmentsAreWalked) {
+  const auto good = jpeg_bytes(8, 8, pattern(8, 8, 3));
+  // A segment whose length runs past the end of the file.
+  std::vector<uint8_t> b(good.begin(), good.begin() + 2);
+  for (uint8_t x : {0xff, 0xe1, 0xff, 0xf0, 0x00}) b.push_back(x);
+  expect_error(b, "truncated JPEG");
+  // Junk where the next marker belongs.
+  std::vector<uint8_t> j(good.begin(), good.begin() + 2);
+  for (uint8_t x : {0xff, 0xfe, 0x00, 0x02, 0x42}) j.push_back(x);  // empty comment, then junk
+  j.insert(j.end(), good.begin() + 2, good.end());
+  expect_error(j, "where a marker belongs");
+  // Bytes after the end-of-image marker are not read.
+  std::vector<uint8_t> t = good;
+  for (int i = 0; i < 7; ++i) t.push_back(0x55);
+  EXPECT_TRUE(decode_image(t.data(), t.size(), "trailer"));
+}
+
 TEST(VisionImage, OverThePixelLimit) {
   auto b = png_bytes(40, 30, 3, pattern(40, 30, 3));
   DecodeLimits lim;
