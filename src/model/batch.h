@@ -16,6 +16,16 @@ struct BatchToken {
   int32_t seq = 0;      // index into Batch::seqs
   int64_t pos = 0;      // position in its sequence (0-based)
   bool logits = false;  // compute this token's logits
+  // An input embedding given directly ([n_embd] floats, e.g. one image
+  // token from the vision projector) instead of the lookup of `id`; it is
+  // used as it is, without the architecture's embedding scale. Must stay
+  // valid for the forward call.
+  const float* embd = nullptr;
+  // How many positions of its sequence the token sees: 0 means causal
+  // (pos + 1). More lets it see later positions too: every token of a
+  // non-causal block (Gemma 3's image tokens) sees the whole block, so the
+  // block must be in this batch or already in the cache.
+  int64_t n_visible = 0;
 };
 
 struct Batch {

@@ -224,6 +224,31 @@ Status check_batch(const ArchConfig& cfg, const Batch& batch) {
       return error(Code::kInvalidArgument,
                    "token at position {} has no KV slot (sequence has room for {})", t.pos,
                    batch.seqs[t.seq]->n_tokens);
+    if (t.n_visible != 0 && (t.n_visible <= t.pos || t.n_visible > batch.seqs[t.seq]->n_tokens))
+      return error(Code::kInvalidArgument,
+                   "token at position {} would see {} positions (at least {}, at most the {} its "
+                   "sequence has room for)",
+                   t.pos, t.n_visible, t.pos + 1, batch.seqs[t.seq]->n_tokens);
+  }
+  return Status::ok();
+}
+
+// A token that sees later positions (a non-causal block) needs them in the
+// same forward chunk, in order, so their K/V is stored before it attends.
+Status check_noncausal(const ArchConfig& cfg, const Batch& batch, int64_t b0, int64_t b1) {
+  for (int64_t i = b0; i < b1; ++i) {
+    const BatchToken& t = batch.tokens[static_cast<size_t>(i)];
+    if (t.n_visible <= t.pos + 1) continue;
+    if (cfg.n_recurrent_layer() > 0)
+      return error(Code::kUnsupported,
+                   "non-causal tokens in a model with recurrent (linear-attention) layers");
+    const int64_t j = i + (t.n_visible - 1 - t.pos);
+    const BatchToken* last = j < b1 ? &batch.tokens[static_cast<size_t>(j)] : nullptr;
+    if (!last || last->seq != t.seq || last->pos != t.n_visible - 1)
+      return error(Code::kInvalidArgument,
+                   "the non-causal block of the token at position {} (to position {}) is not in "
+                   "one forward chunk of at most {} tokens",
+                   t.pos, t.n_visible - 1, b1 - b0);
   }
   return Status::ok();
 }
@@ -269,6 +294,7 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
     const int64_t b1 = std::min(n, b0 + ws.max_tokens);
     TokenSpan span{batch, b0, b1};
     float* out = logits ? logits + logit_row * static_cast<int64_t>(cfg_.n_vocab) : nullptr;
+    SUSTAIN_TRY(check_noncausal(cfg_, batch, b0, b1));
     SUSTAIN_TRY(forward_llama_family(*this, span, cache, ws, pool, out));
     int64_t rows = 0;
     for (int64_t i = b0; i < b1; ++i) rows += batch.tokens[static_cast<size_t>(i)].logits;

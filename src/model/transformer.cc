@@ -40,8 +40,12 @@ kernels::RopeParams rope_params(const ArchConfig& c, const ModelWeights& w, bool
 
 void embed(const Model& m, TokenSpan s, Workspace& ws) {
   const int64_t d = m.config().n_embd;
-  for (int64_t i = 0; i < s.size(); ++i)
-    kernels::get_row(m.weights().token_embd, s[i].id, ws.x.data() + i * d);
+  for (int64_t i = 0; i < s.size(); ++i) {
+    if (s[i].embd != nullptr)
+      std::copy_n(s[i].embd, d, ws.x.data() + i * d);
+    else
+      kernels::get_row(m.weights().token_embd, s[i].id, ws.x.data() + i * d);
+  }
 }
 
 namespace {
@@ -106,7 +110,8 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
   }
   ws.queries.clear();
   for (int64_t i = 0; i < T; ++i)
-    ws.queries.push_back({s.batch.seqs[static_cast<size_t>(s[i].seq)], s[i].pos + 1});
+    ws.queries.push_back({s.batch.seqs[static_cast<size_t>(s[i].seq)],
+                          s[i].n_visible > 0 ? s[i].n_visible : s[i].pos + 1});
   attention::AttnParams ap = attn_params(c);
   ap.window = o.window;
   attention::attend(cache, kvl, ap, ws.queries, ws.q.data(), ws.attn_out.data(), pool,
