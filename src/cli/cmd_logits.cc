@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/media_input.h"
 #include "cli/model_session.h"
 
 namespace sustain::cli {
@@ -15,6 +16,7 @@ namespace {
 
 struct LogitsArgs {
   ModelArgs m;
+  MediaArgs media;
   std::string out;
 };
 
@@ -22,11 +24,22 @@ int run_logits(const LogitsArgs& a) {
   auto s = open_session(a.m, true);
   if (!s) return fail(s.status().message());
   Session& sess = **s;
-  auto ids = tokenize_prompt(sess, a.m, 0);
-  if (!ids) return fail(ids.status().message());
+  std::optional<engine::MediaPrompt> mp;
+  MediaStats ms;
+  Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
+  if (a.media.given()) {
+    auto p = media_prompt(sess, a.m, a.media, 0, &ms);
+    if (!p) return fail(p.status().message());
+    mp = std::move(*p);
+    *ids = mp->ids;
+  } else {
+    ids = tokenize_prompt(sess, a.m, 0);
+    if (!ids) return fail(ids.status().message());
+  }
   kv::PageTable table;
   std::vector<float> logits;
-  Status st = feed(sess, table, *ids, a.m.batch, &logits, nullptr);
+  Status st = mp ? feed_media(sess, table, *mp, a.m.batch, &logits, nullptr)
+                 : feed(sess, table, *ids, a.m.batch, &logits, nullptr);
   if (!st) return fail(st.message());
   {
     std::ofstream f(a.out, std::ios::binary);
@@ -44,6 +57,17 @@ int run_logits(const LogitsArgs& a) {
   j["layout"] = "float32 little-endian [n_tokens][n_vocab]; row i = logits after token i";
   j["cache_type_k"] = a.m.cache_type_k;
   j["cache_type_v"] = a.m.cache_type_v;
+  if (mp) {
+    // Image positions hold embeddings, not tokens: their token_ids entry is
+    // the image's opening token, a placeholder.
+    j["mmproj"] = a.media.mmproj;
+    j["images"] = a.media.images;
+    auto& im = j["image_positions"];
+    im = nlohmann::json::array();
+    for (const auto& i : mp->images) im.push_back({{"first", i.begin}, {"last", i.end - 1}});
+    j["image_attention"] = mp->non_causal ? "non-causal within each image" : "causal";
+    j["encode_ms"] = ms.encode_ms;
+  }
   const std::string side = a.out + ".json";
   std::ofstream js(side);
   js << j.dump(1) << "\n";
@@ -59,6 +83,7 @@ Runner add_logits(CLI::App& app) {
   auto a = std::make_shared<LogitsArgs>();
   auto* sub = app.add_subcommand("logits", "Write the logits of every prompt position (float32)");
   add_model_flags(sub, a->m, true, true);
+  add_media_flags(sub, a->media);
   sub->add_option("-o,--output", a->out, "output .f32 file (a .json sidecar is written beside it)")
       ->required();
   return [a] { return run_logits(*a); };

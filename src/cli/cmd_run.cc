@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/file_io.h"
+#include "cli/media_input.h"
 #include "cli/model_session.h"
 #include "cli/spec_flags.h"
 #include "engine/api.h"
@@ -24,6 +25,7 @@ struct RunArgs {
   sampling::SamplerConfig sc;
   bool ignore_eos = false;
   SpecArgs spec;  // with --spec, generation runs in the engine (one sequence)
+  MediaArgs media;  // --mmproj / --image
   // Structured output (docs/structured_output.md): at most one of these.
   std::string grammar, grammar_file, json_schema, json_schema_file;
 };
@@ -149,9 +151,21 @@ int run_run(RunArgs a) {
     if (Status st = c->check_startable(); !st) return fail(st.message());
     a.sc.constraint = std::move(c);
   }
+  if (a.media.given() && spec->enabled())
+    return fail("run: --image with --spec is not supported yet (the engine does not place images)");
   // The prompt must leave room for at least one generated token.
-  auto ids = tokenize_prompt(sess, a.m, 1);
-  if (!ids) return fail(ids.status().message());
+  std::optional<engine::MediaPrompt> mp;
+  MediaStats ms;
+  Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
+  if (a.media.given()) {
+    auto p = media_prompt(sess, a.m, a.media, 1, &ms);
+    if (!p) return fail(p.status().message());
+    mp = std::move(*p);
+    *ids = mp->ids;
+  } else {
+    ids = tokenize_prompt(sess, a.m, 1);
+    if (!ids) return fail(ids.status().message());
+  }
   const int64_t room = sess.ctx - static_cast<int64_t>(ids->size());
   int64_t n_gen = a.n_predict < 0 ? room : std::min(a.n_predict, room);
   if (a.n_predict > room)
@@ -161,11 +175,13 @@ int run_run(RunArgs a) {
   if (spec->enabled()) return run_engine(a, *spec, std::move(*ids), n_gen, *sess.tok);
 
   sampling::Sampler sampler(a.sc);
-  for (int32_t t : *ids) sampler.accept(t);
+  for (int64_t i = 0; i < static_cast<int64_t>(ids->size()); ++i)
+    if (!mp || !mp->image_at(i)) sampler.accept((*ids)[static_cast<size_t>(i)]);
   kv::PageTable table;
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
-  Status st = feed(sess, table, *ids, a.m.batch, nullptr, &logits);
+  Status st = mp ? feed_media(sess, table, *mp, a.m.batch, nullptr, &logits)
+                 : feed(sess, table, *ids, a.m.batch, nullptr, &logits);
   if (!st) return fail(st.message());
   const double t_prompt = seconds_since(t0);
 
@@ -198,6 +214,12 @@ int run_run(RunArgs a) {
                ids->size(), t_prompt, ids->size() / std::max(t_prompt, 1e-9),
                static_cast<long long>(generated), t_gen, generated / std::max(t_gen, 1e-9),
                sess.pool->size(), static_cast<long long>(sess.ctx));
+  if (mp) {
+    double enc = 0;
+    for (double v : ms.encode_ms) enc += v;
+    std::fprintf(stderr, "images: %zu, %lld image tokens of the prompt, encoded in %.1f ms\n",
+                 mp->images.size(), static_cast<long long>(mp->embd.size() / mp->n_embd), enc);
+  }
   return 0;
 }
 
@@ -224,6 +246,7 @@ Runner add_run(CLI::App& app) {
   sub->add_option("-s,--seed", a->sc.seed, "sampling seed")->capture_default_str();
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
   add_spec_flags(sub, a->spec);
+  add_media_flags(sub, a->media);
   sub->add_option("--grammar", a->grammar, "constrain the output to this GBNF grammar");
   sub->add_option("--grammar-file", a->grammar_file, "... read from a file");
   sub->add_option("-j,--json-schema", a->json_schema, "constrain the output to this JSON schema");
