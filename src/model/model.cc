@@ -214,7 +214,7 @@ namespace {
 
 Status check_batch(const ArchConfig& cfg, const Batch& batch) {
   for (const auto& t : batch.tokens) {
-    if (t.id < 0 || static_cast<uint32_t>(t.id) >= cfg.n_vocab)
+    if (t.embd == nullptr && (t.id < 0 || static_cast<uint32_t>(t.id) >= cfg.n_vocab))
       return error(Code::kInvalidArgument, "token id {} is outside the vocabulary (0..{})", t.id,
                    cfg.n_vocab - 1);
     if (t.seq < 0 || static_cast<size_t>(t.seq) >= batch.seqs.size() || !batch.seqs[t.seq])
@@ -231,6 +231,23 @@ Status check_batch(const ArchConfig& cfg, const Batch& batch) {
                    t.pos, t.n_visible, t.pos + 1, batch.seqs[t.seq]->n_tokens);
   }
   return Status::ok();
+}
+
+// The end of the forward chunk from b0: at most max_tokens tokens, moved
+// back to the start of a non-causal block it would cut (unless that block
+// starts the chunk: check_noncausal then names the problem).
+int64_t chunk_end(const Batch& batch, int64_t b0, int64_t max_tokens) {
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  const int64_t b1 = std::min(n, b0 + max_tokens);
+  auto same_block = [&](int64_t i) {  // tokens i-1 and i are one block
+    const BatchToken& a = batch.tokens[static_cast<size_t>(i - 1)];
+    const BatchToken& b = batch.tokens[static_cast<size_t>(i)];
+    return a.seq == b.seq && b.pos == a.pos + 1 && a.n_visible > a.pos + 1 &&
+           a.n_visible == b.n_visible;
+  };
+  int64_t c = b1;
+  while (c < n && c > b0 && same_block(c)) --c;
+  return c > b0 ? c : b1;
 }
 
 // A token that sees later positions (a non-causal block) needs them in the
@@ -290,8 +307,8 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
   // any later chunk attends to it.
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
   int64_t logit_row = 0;
-  for (int64_t b0 = 0; b0 < n; b0 += ws.max_tokens) {
-    const int64_t b1 = std::min(n, b0 + ws.max_tokens);
+  for (int64_t b0 = 0, b1 = 0; b0 < n; b0 = b1) {
+    b1 = chunk_end(batch, b0, ws.max_tokens);
     TokenSpan span{batch, b0, b1};
     float* out = logits ? logits + logit_row * static_cast<int64_t>(cfg_.n_vocab) : nullptr;
     SUSTAIN_TRY(check_noncausal(cfg_, batch, b0, b1));
