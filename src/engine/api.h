@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/media_prompt.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "spec/proposer.h"
@@ -104,6 +105,11 @@ const char* finish_name(Finish f);  // "length", "stop", "cancelled", "error"
 
 struct Request {
   std::vector<int32_t> prompt;     // token ids, non-empty, each < n_vocab
+  // A prompt with images (media_prompt.h): `prompt` is then media->ids,
+  // whose image positions hold negative keys derived from the image (what
+  // prefix reuse matches on), and the image rows are placed at them. Each
+  // image must fit one forward chunk (ubatch_tokens).
+  std::shared_ptr<const MediaPrompt> media;
   int32_t max_tokens = 128;        // > 0; clipped to what n_ctx leaves
   sampling::SamplerConfig sampling;
   bool ignore_eos = false;         // keep generating past end-of-generation tokens

@@ -80,7 +80,30 @@ Expected<Stream> Engine::submit(Request r) {
   const int64_t n_vocab = model_->config().n_vocab;
   if (r.prompt.empty())
     return error(Code::kInvalidArgument, "request: the prompt is empty (no tokens)");
+  if (r.media) {
+    const MediaPrompt& m = *r.media;
+    if (m.ids != r.prompt)
+      return error(Code::kInvalidArgument, "request: the prompt is not the one its images were laid out in");
+    if (m.n_embd != model_->config().n_embd)
+      return error(Code::kInvalidArgument,
+                   "request: image embeddings of width {}, but the model's width is {}", m.n_embd,
+                   model_->config().n_embd);
+    const int64_t chunk = std::min(config_.batch_tokens, config_.ubatch_tokens);
+    for (size_t i = 0; i < m.images.size(); ++i) {
+      const auto& im = m.images[i];
+      if (im.begin < 0 || im.end > m.size() || im.end <= im.begin ||
+          (im.row + im.end - im.begin) * m.n_embd > static_cast<int64_t>(m.embd.size()))
+        return error(Code::kInvalidArgument, "request: image {} is out of its prompt", i + 1);
+      if (im.end - im.begin > chunk)
+        return error(Code::kInvalidArgument,
+                     "request: image {} takes {} positions, more than a forward chunk of {} "
+                     "(raise --batch-size and --ubatch-size)",
+                     i + 1, im.end - im.begin, chunk);
+    }
+  }
   for (size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.media && MediaPrompt::is_image_key(r.prompt[i]) && r.media->image_at(static_cast<int64_t>(i)))
+      continue;
     if (r.prompt[i] < 0 || r.prompt[i] >= n_vocab)
       return error(Code::kInvalidArgument,
                    "request: prompt token {} at index {} is outside the vocabulary (0..{})",

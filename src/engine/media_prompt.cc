@@ -59,6 +59,23 @@ Expected<int32_t> single_token(const tokenizer::Tokenizer& tok, const std::strin
   return ids[0];
 }
 
+// FNV-1a over the rows' bytes, then a mix per index (splitmix64's
+// finalizer), folded to a negative int32.
+uint64_t hash_rows(const std::vector<float>& e) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* b = reinterpret_cast<const unsigned char*>(e.data());
+  for (size_t i = 0; i < e.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+int32_t image_key(uint64_t h, int64_t index) {
+  uint64_t z = h + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(index + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return -1 - static_cast<int32_t>(z & 0x3fffffff);
+}
+
 }  // namespace
 
 Expected<MediaPrompt> build_media_prompt(const tokenizer::Tokenizer& tok, std::string_view text,
@@ -119,7 +136,8 @@ Expected<MediaPrompt> build_media_prompt(const tokenizer::Tokenizer& tok, std::s
     im.row = static_cast<int64_t>(mp.embd.size()) / n_embd;
     mp.images.push_back(im);
     mp.embd.insert(mp.embd.end(), e.begin(), e.end());
-    mp.ids.insert(mp.ids.end(), static_cast<size_t>(rows), begin_id >= 0 ? begin_id : 0);
+    const uint64_t h = hash_rows(e);
+    for (int64_t r = 0; r < rows; ++r) mp.ids.push_back(image_key(h, r));
     if (end_id >= 0) mp.ids.push_back(end_id);
   }
   if (mp.ids.empty()) return error(Code::kInvalidArgument, "the prompt is empty");

@@ -43,7 +43,11 @@ struct MediaPrompt {
     int64_t end = 0;    // one past the last
     int64_t row = 0;    // first row of `embd`
   };
-  std::vector<int32_t> ids;  // one per position; an image position holds the begin token's id
+  // One per position. An image position holds a negative key made from a
+  // hash of the image's rows and the position's index in the image: never a
+  // token, and what prefix reuse matches on (the same image at the same
+  // place reuses its cached pages; another image never does).
+  std::vector<int32_t> ids;
   std::vector<float> embd;   // the images' rows, [n_rows][n_embd], in position order
   std::vector<Image> images;
   int64_t n_embd = 0;
@@ -56,6 +60,7 @@ struct MediaPrompt {
   // max_tokens positions without cutting an image in two (an image is
   // computed in one piece); an error when an image alone is larger.
   Expected<int64_t> chunk_end(int64_t b0, int64_t max_tokens) const;
+  static bool is_image_key(int32_t id) { return id < 0; }
   // The batch token of position p of this prompt, placed at position
   // pos0 + p of sequence `seq`.
   BatchToken token(int64_t p, int32_t seq, int64_t pos0, bool logits) const;

@@ -217,7 +217,8 @@ void Scheduler::drain_inbox() {
     s->max_new = static_cast<int32_t>(
         std::min<int64_t>(rs->req.max_tokens, cfg().n_ctx - s->n_prompt));
     s->sampler.emplace(rs->req.sampling);
-    for (int32_t t : s->tokens) s->sampler->accept(t);
+    for (int32_t t : s->tokens)
+      if (!MediaPrompt::is_image_key(t)) s->sampler->accept(t);
     {
       std::lock_guard<std::mutex> l(stats_mu);
       ++shared_stats.requests_submitted;
@@ -387,6 +388,11 @@ int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
   }
   int64_t used = 0;
   for (Seq* s : decoding) {
+    // A draft copied from an image's positions (n-gram lookup) would be
+    // image keys, not tokens: it ends before the first one.
+    auto& d = s->draft.tokens;
+    if (auto it = std::find_if(d.begin(), d.end(), MediaPrompt::is_image_key); it != d.end())
+      s->draft.tokens.resize(static_cast<size_t>(it - d.begin()));
     if (static_cast<int64_t>(s->draft.tokens.size()) < c.draft_min) s->draft.clear();
     s->step_tokens = 1 + static_cast<int64_t>(s->draft.tokens.size());
     used += s->step_tokens;
@@ -581,6 +587,19 @@ std::vector<Seq*> Scheduler::prefill_order() {
   return out;
 }
 
+// A prefill chunk of n tokens from s->n_computed, moved so it never cuts an
+// image: back to the image's start, or, when the chunk starts inside or at
+// the image, on to its end (the image is computed in one piece; submit
+// checked it fits a forward chunk).
+int64_t Scheduler::image_cut(const Seq& s, int64_t n) const {
+  const MediaPrompt* m = s.st->req.media.get();
+  if (m == nullptr || n <= 0) return n;
+  const int64_t end = s.n_computed + n;
+  const MediaPrompt::Image* im = end < m->size() ? m->image_at(end) : nullptr;
+  if (im == nullptr || im->begin == end) return n;
+  return im->begin > s.n_computed ? im->begin - s.n_computed : im->end - s.n_computed;
+}
+
 bool Scheduler::step() {
   const auto t_step = Clock::now();
   // Plan: one decode token per sequence that has only its last token left
@@ -621,6 +640,7 @@ bool Scheduler::step() {
     }
     // A hybrid's state is saved where the chunk ends at the snapshot point.
     if (s->snapshot_at > s->n_computed) n = std::min(n, s->snapshot_at - s->n_computed);
+    n = image_cut(*s, n);
     if (n > 0 && (target > 0 || explore)) {
       // The latency target: as many tokens as the predicted step time
       // allows; the first chunk of the step never below kMinPrefillChunk.
@@ -635,6 +655,7 @@ bool Scheduler::step() {
       st.prefill_tokens_deferred += static_cast<uint64_t>(n - fit);
       n = fit;
     }
+    n = image_cut(*s, n);
     if (n <= 0) continue;
     s->step_tokens = n;
     shape.add_run(s->n_computed, n);
@@ -687,10 +708,17 @@ bool Scheduler::step() {
       const bool completes = end >= n_tok;
       // Drafts follow the sequence's last token; every one of them and the
       // last token want logits (the verify rows).
-      for (int64_t p = s->n_computed; p < end; ++p)
+      const MediaPrompt* media = s->st->req.media.get();
+      for (int64_t p = s->n_computed; p < end; ++p) {
+        const bool want = completes && p >= n_tok - 1;
+        if (media != nullptr && p < media->size()) {
+          batch.tokens.push_back(media->token(p, si, 0, want));
+          continue;
+        }
         batch.tokens.push_back({p < n_tok ? s->tokens[static_cast<size_t>(p)]
                                           : s->draft.tokens[static_cast<size_t>(p - n_tok)],
-                                si, p, completes && p >= n_tok - 1});
+                                si, p, want});
+      }
     }
     return engine.model_->forward(batch, *cache, ws, *pool, logits.data(), nullptr,
                                   hidden_users.empty() ? nullptr : hidden_rows.data());
@@ -715,7 +743,7 @@ bool Scheduler::step() {
       const Seq* s = seqs[i];
       // A request that opted out of speculation never drafts: its hidden
       // states would only cost the MTP block a forward.
-      if (!s->done && s->st->req.speculative)
+      if (!s->done && s->st->req.speculative && !s->st->req.media)
         obs.push_back({s->st->id, s->tokens, pos0[i], s->n_computed - pos0[i],
                        hidden_rows.data() + row * d});
       row += len[i];

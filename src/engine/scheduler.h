@@ -80,6 +80,7 @@ struct Engine::Impl {
   void sample_and_emit(Seq& s, const float* row, int32_t draft = -1,
                        std::span<const sampling::TokenProb> q = {});
   int64_t next_snapshot(const Seq& s) const;
+  int64_t image_cut(const Seq& s, int64_t n) const;
   // The TPOT target of a step whose decoding rows have `decode_shape`
   // (seconds, 0 = none); *explore when the cost model cannot size chunks yet.
   double step_target(const std::vector<Seq*>& decoding, const StepShape& decode_shape,

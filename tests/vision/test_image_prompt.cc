@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/api.h"
 #include "engine/media_prompt.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -133,6 +134,7 @@ TEST(ImagePrompt, LayoutMatchesReference) {
   SUSTAIN_REQUIRE_REF();
   Text t = open_text();
   ASSERT_TRUE(t.model && t.tok);
+  std::vector<int32_t> keys;
   for (const std::string& c : cases()) {
     SCOPED_TRACE(c);
     const json j = sidecar(c);
@@ -157,7 +159,14 @@ TEST(ImagePrompt, LayoutMatchesReference) {
     EXPECT_EQ(first.embd, mp.embd.data());
     EXPECT_EQ(first.n_visible, mp.images[0].end);
     EXPECT_EQ(mp.token(mp.images[0].end, 0, 0, false).embd, nullptr);
+    for (int64_t p = mp.images[0].begin; p < mp.images[0].end; ++p)
+      EXPECT_TRUE(MediaPrompt::is_image_key(mp.ids[p]));
+    keys.push_back(mp.ids[mp.images[0].begin]);
   }
+  // Keys come from the image: the six cases (distinct images or projectors)
+  // have six distinct first keys.
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(std::unique(keys.begin(), keys.end()), keys.end());
 }
 
 // llama.cpp's embeddings in, so only the text side is compared: the README's
@@ -276,6 +285,20 @@ TEST(ImagePrompt, ImagesAreNeverCut) {
   const auto parts = run(t, mp, 30, 0, &g2, &y2);
   const auto d = test::compare(parts, whole);
   EXPECT_LE(d.max_over_std, 1e-4);
+  // One batch of the whole prompt through a 30-token workspace: the model's
+  // own chunks step around the image (22, then 22..51, then the rest).
+  {
+    Text t30 = open_text(30);
+    kv::PageTable tb;
+    ASSERT_TRUE(t30.cache->reserve(tb, mp.size()).is_ok());
+    Batch b;
+    b.seqs.push_back(&tb);
+    for (int64_t i = 0; i < mp.size(); ++i) b.tokens.push_back(mp.token(i, 0, 0, true));
+    std::vector<float> out(static_cast<size_t>(mp.size()) * t30.model->config().n_vocab);
+    Status st = t30.model->forward(b, *t30.cache, t30.ws, *t30.pool, out.data());
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_LE(test::compare(out, whole).max_over_std, 1e-4);
+  }
   // A forward batch that stops inside the image.
   kv::PageTable table;
   ASSERT_TRUE(t.cache->reserve(table, 40).is_ok());  // room for the whole image
@@ -320,6 +343,117 @@ TEST(ImagePrompt, MarkersAndImagesMustPairUp) {
   auto unknown = engine::media_style("llava");
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.status().message().find("'llava'"), std::string::npos);
+}
+
+
+// Through the engine: four image requests at once (two images, prefill cut
+// into 24-token chunks that must step around the 16-token images, n-gram
+// speculation on), each with llama.cpp's greedy tokens; the same image again
+// reuses its cached pages, another image at the same place does not.
+TEST(ImagePrompt, EngineServesImagePrompts) {
+  SUSTAIN_REQUIRE_REF();
+  Text t = open_text();
+  ASSERT_TRUE(t.model && t.tok);
+  engine::EngineConfig ec;
+  ec.model_path = test::vision_ref("models/tiny-gemma3-vlm-f32.gguf");
+  ec.n_threads = 2;
+  ec.n_ctx = 256;
+  ec.n_parallel = 4;
+  ec.page_tokens = 16;
+  ec.batch_tokens = 24;
+  ec.ubatch_tokens = 24;
+  ec.spec.types = {"ngram"};
+  auto e = engine::Engine::create(ec);
+  ASSERT_TRUE(e) << e.status().message();
+  const std::vector<std::string> names = {"mmproj-tinygemma3-pool4.solid32",
+                                          "mmproj-tinygemma3-pool4.gradient32"};
+  std::vector<std::shared_ptr<const MediaPrompt>> prompts;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& c : names) {
+    const json j = sidecar(c);
+    const auto embd = test::read_f32(test::vision_ref("vision/" + c + ".embd.f32"));
+    prompts.push_back(std::make_shared<const MediaPrompt>(layout(t, j, embd)));
+    want.push_back(j["greedy"]["ids"].get<std::vector<int32_t>>());
+  }
+  auto request = [&](size_t i) {
+    engine::Request r;
+    r.prompt = prompts[i]->ids;
+    r.media = prompts[i];
+    r.max_tokens = 16;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
+    return r;
+  };
+  std::vector<engine::Stream> streams;
+  for (size_t i = 0; i < 4; ++i) {
+    auto s = (*e)->submit(request(i % 2));
+    ASSERT_TRUE(s) << s.status().message();
+    streams.push_back(std::move(*s));
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    const engine::Event ev = streams[i].wait();
+    ASSERT_EQ(ev.finish, engine::Finish::kLength) << ev.error.message();
+    std::vector<int32_t> got;
+    for (const auto& tk : ev.tokens) got.push_back(tk.id);
+    EXPECT_EQ(got, want[i % 2]) << "request " << i;
+  }
+  // Again, one at a time: the same image reuses pages past it (the prefix
+  // up to the last full page before the final prompt token: 48 of 61).
+  auto again = (*e)->submit(request(0));
+  ASSERT_TRUE(again);
+  const engine::Event ev = again->wait();
+  EXPECT_EQ(ev.usage.cached_prompt_tokens, 48);
+  std::vector<int32_t> got;
+  for (const auto& tk : ev.tokens) got.push_back(tk.id);
+  EXPECT_EQ(got, want[0]);
+  // Another image in the same place shares only the text page before it.
+  const json j = sidecar("mmproj-tinygemma3-pool4.wide50x20");
+  auto other = std::make_shared<const MediaPrompt>(
+      layout(t, j, test::read_f32(test::vision_ref("vision/mmproj-tinygemma3-pool4.wide50x20.embd.f32"))));
+  engine::Request r = request(0);
+  r.prompt = other->ids;
+  r.media = other;
+  auto o = (*e)->submit(std::move(r));
+  ASSERT_TRUE(o);
+  const engine::Event ev2 = o->wait();
+  EXPECT_EQ(ev2.usage.cached_prompt_tokens, 16);
+  got.clear();
+  for (const auto& tk : ev2.tokens) got.push_back(tk.id);
+  EXPECT_EQ(got, j["greedy"]["ids"].get<std::vector<int32_t>>());
+}
+
+TEST(ImagePrompt, EngineRefusesAnImageLargerThanAChunk) {
+  SUSTAIN_REQUIRE_REF();
+  Text t = open_text();
+  ASSERT_TRUE(t.model && t.tok);
+  engine::EngineConfig ec;
+  ec.model_path = test::vision_ref("models/tiny-gemma3-vlm-f32.gguf");
+  ec.n_threads = 1;
+  ec.n_ctx = 512;
+  ec.batch_tokens = 128;
+  ec.ubatch_tokens = 128;
+  auto e = engine::Engine::create(ec);
+  ASSERT_TRUE(e) << e.status().message();
+  const std::string c = "mmproj-tinygemma3.solid32";  // 256 image tokens
+  auto mp = std::make_shared<const MediaPrompt>(
+      layout(t, sidecar(c), test::read_f32(test::vision_ref("vision/" + c + ".embd.f32"))));
+  engine::Request r;
+  r.prompt = mp->ids;
+  r.media = mp;
+  auto s = (*e)->submit(r);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.status().message().find("image 1 takes 256 positions, more than a forward chunk of 128"),
+            std::string::npos)
+      << s.status().message();
+  // A prompt that is not the one the images were laid out in.
+  r.prompt.back() = 5;
+  ec.batch_tokens = ec.ubatch_tokens = 512;
+  auto e2 = engine::Engine::create(ec);
+  ASSERT_TRUE(e2);
+  auto s2 = (*e2)->submit(r);
+  ASSERT_FALSE(s2);
+  EXPECT_NE(s2.status().message().find("not the one its images were laid out in"),
+            std::string::npos);
 }
 
 }  // namespace
