@@ -9,9 +9,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/file_io.h"
@@ -34,6 +37,7 @@ struct ServeArgs {
   int max_queue = 64;
   int timeout_s = 600;
   std::string chat_template_file;
+  std::string mmproj, image_dir;
   std::string alias;
   int64_t kv_tokens = 0;
   int page_tokens = 32;
@@ -105,6 +109,19 @@ int run_serve(const ServeArgs& a) {
   sc.header_timeout = millis(a.header_timeout_s);
   sc.body_timeout = millis(a.body_timeout_s);
   sc.write_timeout = millis(a.write_timeout_s);
+  if (!a.mmproj.empty()) {
+    auto in = engine::ImageInput::open(
+        a.mmproj, a.m.threads > 0 ? a.m.threads : ThreadPool::hardware_threads());
+    if (!in) return fail("serve: --mmproj " + a.mmproj + ": " + in.status().message());
+    sc.images = std::move(*in);
+  }
+  if (!a.image_dir.empty()) {
+    if (a.mmproj.empty()) return fail("serve: --image-dir needs --mmproj");
+    std::error_code ec_dir;
+    if (!std::filesystem::is_directory(a.image_dir, ec_dir))
+      return fail("serve: --image-dir '" + a.image_dir + "' is not a directory");
+    sc.image_dir = a.image_dir;
+  }
   if (!a.chat_template_file.empty()) {
     auto t = read_text_file(a.chat_template_file, "--chat-template-file");
     if (!t) return fail(t.status().message());
@@ -154,6 +171,13 @@ int run_serve(const ServeArgs& a) {
     srv.stop();
     http.join();
     return fail("serve: " + eng.status().message());
+  }
+  if (sc.images && sc.images->out_dim() != (*eng)->model().config().n_embd) {
+    srv.stop();
+    http.join();
+    return fail(fmt::format("serve: --mmproj {}: the projector makes embeddings of width {}, but "
+                            "the model's width is {}",
+                            a.mmproj, sc.images->out_dim(), (*eng)->model().config().n_embd));
   }
   if (sc.chat_template.empty()) {
     auto t = (*eng)->model().file().get_string("tokenizer.chat_template");
@@ -221,6 +245,12 @@ Runner add_serve(CLI::App& app) {
                   "with Retry-After at once (0: parallel + max-queue + 8, at most 1024)")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
+  sub->add_option("--mmproj", a->mmproj,
+                  "vision projector GGUF (llama.cpp's mmproj): chat messages may then hold "
+                  "image_url parts (data: URIs)");
+  sub->add_option("--image-dir", a->image_dir,
+                  "the one directory whose files image_url parts may name as file:// URLs "
+                  "(default: file:// refused)");
   sub->add_option("--chat-template-file", a->chat_template_file,
                   "Jinja chat template to use instead of the GGUF's tokenizer.chat_template");
   sub->add_option("--alias", a->alias, "model name reported by /v1/models (default: file name)");

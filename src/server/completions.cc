@@ -12,6 +12,7 @@
 
 #include "grammar/constraint.h"
 #include "server/generation.h"
+#include "server/media.h"
 #include "server/server_state.h"
 #include "server/sse.h"
 #include "server/tool_calls.h"
@@ -67,7 +68,8 @@ json usage_json(const Generation& g) {
 
 // Builds the prompt's token ids, or the 400 that explains why not.
 Expected<std::vector<int32_t>> prompt_ids(ServerState& s, engine::Engine& e,
-                                          const CompletionRequest& r) {
+                                          const CompletionRequest& r,
+                                          std::shared_ptr<const engine::MediaPrompt>* media) {
   const auto& tok = e.tokenizer();
   SUSTAIN_TRY(check_logit_bias(r.sampling, tok.n_vocab()));
   if (r.endpoint == Endpoint::kCompletions && r.prompt_is_ids) {
@@ -81,6 +83,11 @@ Expected<std::vector<int32_t>> prompt_ids(ServerState& s, engine::Engine& e,
                     "this model has no chat template (tokenizer.chat_template); start the server "
                     "with --chat-template-file, or use /v1/completions");
     SUSTAIN_ASSIGN_OR_RETURN(text, s.chat->render(r));
+    if (!r.images.empty()) {
+      SUSTAIN_ASSIGN_OR_RETURN(*media, image_prompt(s.config, tok, text, r,
+                                                    e.model().config().n_embd, e.config().n_ctx));
+      return (*media)->ids;
+    }
   } else {
     text = r.prompt_text;
   }
@@ -372,7 +379,8 @@ void handle_completion(ServerState& s, const httplib::Request& req, httplib::Res
     thread_local std::mt19937_64 rng{std::random_device{}()};
     r.sampling.seed = rng();
   }
-  auto ids = prompt_ids(s, *e, r);
+  std::shared_ptr<const engine::MediaPrompt> media;
+  auto ids = prompt_ids(s, *e, r, &media);
   if (!ids) {
     send_error(s, res, error_from_status(ids.status()));
     return;
@@ -402,7 +410,7 @@ void handle_completion(ServerState& s, const httplib::Request& req, httplib::Res
   job->model = s.config.model_name;
   job->socket = connection_socket(req);
   job->gen = std::make_unique<Generation>(*e, r, static_cast<int64_t>(ids->size()));
-  if (Status st = job->gen->submit(*ids, *max_tokens); !st) {
+  if (Status st = job->gen->submit(*ids, *max_tokens, media); !st) {
     send_error(s, res, error_from_status(st));
     return;
   }

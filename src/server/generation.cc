@@ -9,11 +9,13 @@ Generation::~Generation() {
   cancel();
 }
 
-Status Generation::submit(const std::vector<int32_t>& prompt, int32_t max_tokens) {
+Status Generation::submit(const std::vector<int32_t>& prompt, int32_t max_tokens,
+                          std::shared_ptr<const engine::MediaPrompt> media) {
   const auto& tok = engine_->tokenizer();
   for (int i = 0; i < req_->n; ++i) {
     engine::Request er;
     er.prompt = prompt;
+    er.media = media;
     er.max_tokens = max_tokens;
     er.sampling = req_->sampling;
     // Choice i replays with seed + i, so each choice of a seeded request is

@@ -29,7 +29,9 @@ class Generation {
   ~Generation();
 
   // Submits the n requests. On failure the ones already queued are cancelled.
-  Status submit(const std::vector<int32_t>& prompt, int32_t max_tokens);
+  // `media`: the prompt's images, when it has any (prompt is media->ids).
+  Status submit(const std::vector<int32_t>& prompt, int32_t max_tokens,
+                std::shared_ptr<const engine::MediaPrompt> media = nullptr);
 
   // Waits up to `wait` for something to happen and reports it per choice.
   void poll(std::chrono::milliseconds wait, const std::function<void(ChoiceUpdate&)>& emit);

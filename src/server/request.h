@@ -32,6 +32,7 @@ struct RequestLimits {
   size_t max_stop_bytes = 256;  // bytes per stop string
   int max_json_depth = 64;      // nesting of the request body
   size_t max_messages = 4096;   // chat messages per request
+  size_t max_images = 16;       // image_url parts per request
 };
 
 // tool_choice (tool_calls.h): kAuto unless the client says otherwise.
@@ -51,6 +52,14 @@ struct CompletionRequest {
   // /v1/chat/completions, in the request's key order (templates that print
   // tool schemas with tojson show it, as Python's Jinja does).
   nlohmann::ordered_json messages;  // array of message objects
+  // Chat image parts ({"type":"image_url","image_url":{"url":...}}), in
+  // order; in `messages` each has become a text part holding the
+  // `<__media__>` marker, as llama.cpp's server passes them to templates.
+  struct ImagePart {
+    std::string name;  // "messages[i].content[k]", for errors
+    std::string url;   // data: URI, file:// or remote (refused later)
+  };
+  std::vector<ImagePart> images;
   nlohmann::ordered_json tools;     // null when absent
   ToolChoice tool_choice;
   nlohmann::ordered_json chat_template_kwargs;  // object, or null when absent

@@ -165,6 +165,7 @@ Status parse_messages(const json& body, std::string_view text, const RequestLimi
   if (m->size() > lim.max_messages)
     return invalid("messages", fmt::format("has {} messages, at most {} are allowed", m->size(),
                                            lim.max_messages));
+  size_t n_images = 0;
   for (size_t i = 0; i < m->size(); ++i) {
     const json& msg = (*m)[i];
     const std::string name = fmt::format("messages[{}]", i);
@@ -189,9 +190,23 @@ Status parse_messages(const json& body, std::string_view text, const RequestLimi
       const json* type = field(part, "type");
       if (type == nullptr || !type->is_string())
         return invalid(pname + ".type", "must be a string");
+      if (*type == "image_url") {
+        const json* iu = field(part, "image_url");
+        if (iu == nullptr) return invalid(pname + ".image_url", "is required");
+        if (!iu->is_object())
+          return wrong_type(pname + ".image_url", "an object with a \"url\"", *iu);
+        const json* url = field(*iu, "url");
+        if (url == nullptr || !url->is_string())
+          return invalid(pname + ".image_url.url", "must be a string");
+        if (++n_images > lim.max_images)
+          return invalid(pname, fmt::format("is image part {}; at most {} are allowed per request",
+                                            n_images, lim.max_images));
+        continue;
+      }
       if (*type != "text")
         return Status(Code::kInvalidArgument,
-                      fmt::format("'{}.type' is \"{}\"; this server accepts only \"text\" parts",
+                      fmt::format("'{}.type' is \"{}\"; this server accepts \"text\" and "
+                                  "\"image_url\" parts",
                                   pname, type->get<std::string>()));
       const json* text = field(part, "text");
       if (text == nullptr || !text->is_string())
@@ -205,6 +220,18 @@ Status parse_messages(const json& body, std::string_view text, const RequestLimi
   // Validated above; taken again from the text with the key order kept.
   nlohmann::ordered_json o = nlohmann::ordered_json::parse(text);
   r.messages = std::move(o["messages"]);
+  // Image parts become the marker, as text parts, in order.
+  for (size_t i = 0; i < r.messages.size(); ++i) {
+    auto& content = r.messages[i]["content"];
+    if (!content.is_array()) continue;
+    for (size_t k = 0; k < content.size(); ++k) {
+      auto& part = content[k];
+      if (part["type"] != "image_url") continue;
+      r.images.push_back({fmt::format("messages[{}].content[{}]", i, k),
+                          part["image_url"]["url"].get<std::string>()});
+      part = nlohmann::ordered_json{{"type", "text"}, {"text", "<__media__>"}};
+    }
+  }
   if (auto it = o.find("tools"); it != o.end() && it->is_array() && !it->empty())
     r.tools = std::move(*it);
   if (auto it = o.find("chat_template_kwargs"); it != o.end() && it->is_object())

@@ -14,6 +14,7 @@
 
 #include "base/status.h"
 #include "engine/api.h"
+#include "engine/image_input.h"
 #include "server/request.h"
 
 namespace sustain::server {
@@ -38,6 +39,11 @@ struct ServerConfig {
   size_t max_header_bytes = 16u << 10;          // request line + headers; larger → 431
   int64_t default_max_tokens_completions = 16;  // OpenAI's default for /v1/completions
   RequestLimits limits;
+  // Image input (docs/vision.md): the vision projector (--mmproj; without
+  // one, image parts get a 400) and the one directory file:// image URLs may
+  // name (--image-dir; "" = file:// refused). Remote URLs are never fetched.
+  std::shared_ptr<engine::ImageInput> images;
+  std::string image_dir;
 };
 
 class Server {

@@ -162,6 +162,34 @@ TEST(RequestParse, InvalidUtf8AndDeepNestingAreRejected) {
   EXPECT_EQ(json_depth(R"(["\"[["])"), 1);
 }
 
+// Image parts are kept aside, in order, and become the <__media__> marker
+// as text parts, where the chat template sees them.
+TEST(RequestParse, ImagePartsBecomeMarkers) {
+  const std::string body = R"({"messages":[{"role":"system","content":"s"},
+    {"role":"user","content":[{"type":"text","text":"a"},
+      {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},
+      {"type":"image_url","image_url":{"url":"file:///x.png","detail":"low"}}]}]})";
+  auto r = parse(body, Endpoint::kChat);
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_EQ(r->images.size(), 2u);
+  EXPECT_EQ(r->images[0].name, "messages[1].content[1]");
+  EXPECT_EQ(r->images[0].url, "data:image/png;base64,AAAA");
+  EXPECT_EQ(r->images[1].name, "messages[1].content[2]");
+  const auto& parts = r->messages[1]["content"];
+  EXPECT_EQ(parts[0]["text"], "a");
+  for (int k : {1, 2}) {
+    EXPECT_EQ(parts[k]["type"], "text");
+    EXPECT_EQ(parts[k]["text"], "<__media__>");
+  }
+  RequestLimits one;
+  one.max_images = 1;
+  auto over = parse_request(body, Endpoint::kChat, one);
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.status().message().find("'messages[1].content[2]' is image part 2; at most 1"),
+            std::string::npos)
+      << over.status().message();
+}
+
 TEST(RequestParse, Chat) {
   auto r = parse(R"({"messages":[{"role":"system","content":"s"},
                                  {"role":"user","content":[{"type":"text","text":"hi"}]}],
@@ -191,7 +219,13 @@ TEST(RequestParse, Chat) {
   expect_bad(R"({"messages":[{"role":"user","content":5}]})", "'messages[0].content' must be",
              chat);
   expect_bad(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
-             "only \"text\" parts", chat);
+             "'messages[0].content[0].image_url' is required", chat);
+  expect_bad(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":"x"}]}]})",
+             "'messages[0].content[0].image_url' must be an object", chat);
+  expect_bad(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
+             "'messages[0].content[0].image_url.url' must be a string", chat);
+  expect_bad(R"({"messages":[{"role":"user","content":[{"type":"input_audio"}]}]})",
+             "accepts \"text\" and \"image_url\" parts", chat);
   expect_bad(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
              "needs 'logprobs': true", chat);
   expect_bad(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[]})",
