@@ -26,6 +26,7 @@
 #include "plan/report.h"
 #include "tools/presets.h"
 #include "tools/quant_mix.h"
+#include "vision/projector.h"
 
 namespace sustain::cli {
 namespace {
@@ -92,8 +93,10 @@ Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) 
     source = fmt::format("preset {} as {}", a.preset, a.type);
   }
   if (!a.mmproj.empty()) {
-    SUSTAIN_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(a.mmproj));
-    for (const gguf::TensorInfo& t : f.tensors()) in.sidecar.push_back(bench::entry_of(t));
+    SUSTAIN_ASSIGN_OR_RETURN(auto proj, vision::Projector::open(a.mmproj));
+    for (const gguf::TensorInfo& t : proj.file().tensors())
+      in.sidecar.push_back(bench::entry_of(t));
+    in.projector_scratch_bytes = proj.encode_scratch_bytes();
   }
   SUSTAIN_ASSIGN_OR_RETURN(in.k_type, kv_type(a.cache_type_k, "--cache-type-k"));
   SUSTAIN_ASSIGN_OR_RETURN(in.v_type, kv_type(a.cache_type_v, "--cache-type-v"));

@@ -315,6 +315,8 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
 
   p.scratch_bytes = workspace_bytes(c, in.ubatch, in.kernel_scratch_bytes);
   for (DeviceUse& u : L.dev) u.scratch = p.scratch_bytes;
+  p.projector_scratch_bytes = in.projector_scratch_bytes;
+  L.dev[0].scratch += in.projector_scratch_bytes;
   L.state_snapshots = in.state_snapshots;
   L.logits_dev = row ? 0 : last;
   p.host = in.host;

@@ -65,6 +65,10 @@ struct PlanInput {
   ArchConfig arch;
   std::vector<TensorEntry> tensors;  // the model file's tensors (or the quantizer's plan)
   std::vector<TensorEntry> sidecar;  // a projector file's tensors (all counted as projector)
+  // The buffers the projector's encoder allocates for one image at a time
+  // (callers compute it: vision::Projector::encode_scratch_bytes), on the
+  // first device.
+  uint64_t projector_scratch_bytes = 0;
   bool rope_freqs = false;           // the file carries Llama 3 rope_freqs.weight
   QType k_type = QType::F16;
   QType v_type = QType::F16;
@@ -141,6 +145,7 @@ struct Plan {
   uint64_t state_bytes = 0;
   int kv_layers = 0;           // blocks that keep KV
   uint64_t scratch_bytes = 0;  // one workspace (per device)
+  uint64_t projector_scratch_bytes = 0;  // image encoding, one image at a time (first device)
   uint64_t logits_bytes = 0;
   HostCosts host;
   uint64_t host_bytes = 0;   // sum of the host costs

@@ -70,6 +70,7 @@ nlohmann::ordered_json to_json(const PlanInput& in, const Plan& p, const std::st
                 {"snapshots", in.state_snapshots},
                 {"bytes", p.state_bytes}};
   j["scratch_bytes"] = p.scratch_bytes;
+  j["projector_scratch_bytes"] = p.projector_scratch_bytes;
   j["logits_bytes"] = p.logits_bytes;
   j["host"] = {{"runtime_bytes", p.host.runtime_bytes},
                {"tokenizer_bytes", p.host.tokenizer_bytes},
@@ -160,6 +161,9 @@ std::string to_text(const PlanInput& in, const Plan& p, const std::string& sourc
                      p.state_slots, in.n_parallel, in.state_snapshots));
   line(fmt::format("  workspace   {:>12}  (ubatch {} tokens{})", format_bytes(p.scratch_bytes),
                    in.ubatch, p.split ? ", on each device" : ""));
+  if (p.projector_scratch_bytes)
+    line(fmt::format("  image enc.  {:>12}  (the projector's buffers for one image at a time)",
+                     format_bytes(p.projector_scratch_bytes)));
   line(fmt::format("  logits      {:>12}", format_bytes(p.logits_bytes)));
   line(fmt::format("  host        {:>12}  (runtime, tokenizer, file header, norms)",
                    format_bytes(p.host_bytes)));

@@ -76,6 +76,11 @@ class Projector {
   int64_t n_tokens() const { return head_->n_tokens(); }
   int64_t out_dim() const { return head_->out_dim(); }
   uint64_t tensor_bytes() const;  // of every tensor in the file
+  // The buffers encode() allocates for one image, summed as if all were
+  // alive at once (an upper bound of its peak): preprocessed pixels, patch
+  // columns, the residual stream and the block's activations, one head's
+  // scores, the matmul scratch, the projector's pooling and output.
+  uint64_t encode_scratch_bytes() const;
   const gguf::File& file() const { return *file_; }
   const VitWeights& vit() const { return *vit_; }
 

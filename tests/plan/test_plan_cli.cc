@@ -174,20 +174,36 @@ TEST_F(PlanFile, WeightsFromFileEqualPresetPlan) {
   EXPECT_EQ(f["weights"]["projector_tensors"], 0);
 }
 
-// A sidecar projector file counts whole as projector bytes (the synth file
-// itself stands in for an mmproj GGUF here), beside the model's weights.
+// A projector file (the reference's tiny Gemma 3 mmproj) counts whole as
+// projector bytes beside the model's weights, and its encoder's buffers for
+// one image count on the host; a file that is not a projector is refused.
 TEST_F(PlanFile, SidecarCountsAsProjector) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string mm = ref_path("vision/models/mmproj-tinygemma3.gguf");
   const auto base = plan_json("-m " + path_);
-  const auto j = plan_json("-m " + path_ + " --mmproj " + path_);
+  const auto j = plan_json("-m " + path_ + " --mmproj " + mm);
+  const CliResult info = run_cli("info --json " + mm);
+  const auto i = nlohmann::json::parse(info.out, nullptr, false);
+  ASSERT_FALSE(i.is_discarded());
   const uint64_t w = base["weights_bytes"].get<uint64_t>();
-  EXPECT_EQ(j["weights"]["projector_bytes"].get<uint64_t>(), w);
-  EXPECT_EQ(j["weights"]["projector_tensors"].get<int>(), 272);  // smollm2-135m: 2 + 30 × 9
-  EXPECT_EQ(j["weights_bytes"].get<uint64_t>(), 2 * w);
+  EXPECT_EQ(j["weights"]["projector_bytes"], i["tensor_bytes"]);
+  EXPECT_EQ(j["weights"]["projector_tensors"].get<int>(), 71);
+  EXPECT_EQ(j["weights_bytes"].get<uint64_t>(), w + i["tensor_bytes"].get<uint64_t>());
   // Not read by a text decode step.
   EXPECT_EQ(j["weights"]["step_bytes"], base["weights"]["step_bytes"]);
+  // 256 patches of width 128 (FFN 512): the scores alone are 256 KiB; in all
+  // a few MiB, counted in the total.
+  const uint64_t enc = j["projector_scratch_bytes"].get<uint64_t>();
+  EXPECT_GT(enc, 256u * 256 * 4);
+  EXPECT_LT(enc, 16u << 20);
+  EXPECT_EQ(j["total_bytes"].get<uint64_t>() - base["total_bytes"].get<uint64_t>(),
+            i["tensor_bytes"].get<uint64_t>() + enc);
   const CliResult bad = run_cli("plan -m " + path_ + " --mmproj /nonexistent/mmproj.gguf");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("/nonexistent/mmproj.gguf"), std::string::npos) << bad.err;
+  const CliResult text = run_cli("plan -m " + path_ + " --mmproj " + path_);
+  EXPECT_NE(text.exit_code, 0);
+  EXPECT_NE(text.err.find(path_), std::string::npos) << text.err;
 }
 
 // Peak RSS of a child process run without a shell (wait4 reports its own rusage).
