@@ -207,6 +207,24 @@ void add_prefill(const json& r, std::vector<Table>& out) {
   }
 }
 
+void add_vision(const json& r, std::vector<Table>& out) {
+  if (!r.contains("vision") || !r["vision"].is_object()) return;
+  const json& v = r["vision"];
+  Table t{"Image cost",
+          fmt::format("{} ({} image tokens each); encode = decode + preprocess + encoder + "
+                      "projector; prefill = TTFT of a prompt of {} positions holding the image, "
+                      "beside a text prompt of as many positions; medians of {} repetitions, {} "
+                      "threads",
+                      str(v, "mmproj"), v.value("tokens_per_image", 0), v.value("positions", 0),
+                      v.value("reps", 0), v.value("threads", 0)),
+          {"image", "encode ms", "prefill with image ms", "prefill text-only ms"},
+          {}};
+  for (const auto& i : v["images"])
+    t.rows.push_back({str(i, "file"), f2(num(i, "encode_ms_p50")),
+                      f2(num(i, "prefill_image_ms_p50")), f2(num(i, "prefill_text_ms_p50"))});
+  out.push_back(std::move(t));
+}
+
 void add_concurrency(const json& r, std::vector<Table>& out) {
   if (!r.contains("concurrency") || !r["concurrency"].is_object()) return;
   const json& c = r["concurrency"];
@@ -384,6 +402,7 @@ std::vector<Table> report_tables(const json& r) {
   std::vector<Table> out;
   add_ladder(r, out);
   add_prefill(r, out);
+  add_vision(r, out);
   add_concurrency(r, out);
   add_ablation(r, out);
   add_machine(r, out);

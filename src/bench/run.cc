@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 
 #include <fmt/format.h>
@@ -17,6 +18,8 @@
 #include "bench/plan_input.h"
 #include "bench/report.h"
 #include "bench/results.h"
+#include "bench/vision.h"
+#include "engine/image_input.h"
 #include "bench/sysinfo.h"
 #include "bench/workloads.h"
 #include "plan/plan.h"
@@ -170,6 +173,14 @@ Status check_config(const BenchConfig& c, const std::vector<int64_t>& ctx, bool 
   if (c.reps < 1) return error(Code::kInvalidArgument, "-r {}: need >= 1 repetition", c.reps);
   if (c.conc_prompt < 1)
     return error(Code::kInvalidArgument, "--conc-prompt {}: need >= 1", c.conc_prompt);
+  if (!c.images.empty() && c.mmproj.empty())
+    return error(Code::kInvalidArgument, "--image needs --mmproj (the vision projector)");
+  if (c.images.empty() && !c.mmproj.empty())
+    return error(Code::kInvalidArgument, "--mmproj {}: give the images to measure with --image",
+                 c.mmproj);
+  for (const auto& path : c.images)
+    if (!std::ifstream(path, std::ios::binary))
+      return error(Code::kIo, "--image {}: cannot open", path);
   return Status::ok();
 }
 
@@ -236,7 +247,20 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   const int64_t prefill_need =
       c.prefill.empty() ? 0 : *std::max_element(c.prefill.begin(), c.prefill.end()) + 1;
   const int64_t conc_need = conc.empty() ? 0 : c.conc_prompt + c.n_tokens;
-  cfg.n_ctx = std::max({ladder_need, prefill_need, conc_need});
+  int64_t image_need = 0, image_width = 0;
+  if (!c.images.empty()) {
+    // The projector is opened now too: a bad file, or images that cannot
+    // fit a forward chunk, fail before the ladder.
+    SUSTAIN_ASSIGN_OR_RETURN(auto in, engine::ImageInput::open(c.mmproj, 1));
+    const int64_t per = in->tokens_per_image();
+    if (per > std::min(c.batch, c.ubatch))
+      return error(Code::kInvalidArgument,
+                   "--mmproj {}: an image takes {} positions, more than -b/-ub {} (raise them)",
+                   c.mmproj, per, std::min(c.batch, c.ubatch));
+    image_need = per + 16;
+    image_width = in->out_dim();
+  }
+  cfg.n_ctx = std::max({ladder_need, prefill_need, conc_need, image_need});
   cfg.n_parallel = static_cast<int>(max_conc);
   // Room for the longest sequence plus its prefix-cache pages, or for every
   // concurrent request at once, whichever is larger.
@@ -246,6 +270,11 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
                           c.cache_type_v, threads));
   SUSTAIN_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(cfg));
   engine::Engine& e = *eng;
+  if (image_width != 0 && image_width != e.model().config().n_embd)
+    return error(Code::kInvalidArgument,
+                 "--mmproj {}: the projector makes embeddings of width {}, but the model's width "
+                 "is {}",
+                 c.mmproj, image_width, e.model().config().n_embd);
 
   // Measured with the engine loaded (its KV pool allocated), so the buffer
   // is capped by what memory remains, and a bad model fails before this.
@@ -364,6 +393,16 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
         {"prompt_tokens", st.prompt_tokens},
         {"prompt_tokens_computed", st.prompt_tokens_computed},
         {"prefix_cache_hits", st.prefix_cache_hits}}}};
+  if (!c.images.empty()) {
+    obs.message(fmt::format("bench: image cost of {} image(s) with {}", c.images.size(), c.mmproj));
+    VisionOptions vo;
+    vo.mmproj = c.mmproj;
+    vo.images = c.images;
+    vo.reps = c.reps;
+    vo.threads = threads;
+    vo.seed = c.seed + 3;
+    SUSTAIN_ASSIGN_OR_RETURN(report["vision"], run_vision(e, vo));
+  }
   report["machine"] = bandwidth_json(bw);
   eng.reset();
 

@@ -66,6 +66,9 @@ struct BenchConfig {
   // An OpenAI-compatible server (http://HOST:PORT): only the concurrency
   // ladder runs, against it, with prompts of conc_prompt words.
   std::string url, api_key, model_name;
+  // Image cost (bench/vision.h): a vision projector and images to measure.
+  std::string mmproj;
+  std::vector<std::string> images;
   std::string command_line;  // how the run was asked for, recorded in the report
 };
 

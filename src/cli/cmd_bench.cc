@@ -33,6 +33,8 @@ namespace {
 
 struct BenchArgs {
   std::string model, preset, type;
+  std::string mmproj;
+  std::vector<std::string> images;
   ServingArgs serving;
   std::string ctx;
   int n_tokens = 32;
@@ -163,7 +165,12 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
   c.api_key = a.api_key;
   c.model_name = a.model_name;
   c.concurrency.clear();
+  c.mmproj = a.mmproj;
+  c.images = a.images;
   if (!a.url.empty()) {
+    if (!a.images.empty() || !a.mmproj.empty())
+      return error(Code::kInvalidArgument,
+                   "--mmproj/--image measure the in-process engine; not with --url");
     SUSTAIN_ASSIGN_OR_RETURN(c.concurrency, parse_list(a.concurrency, "--concurrency"));
     SUSTAIN_ASSIGN_OR_RETURN(c.rates, parse_rates(a.rates));
     return c;
@@ -195,6 +202,8 @@ std::string command_line(const BenchArgs& a) {
   if (!a.ctx.empty()) s += " --ctx " + a.ctx;
   s += fmt::format(" -n {} -r {}", a.n_tokens, a.reps);
   if (!a.url.empty()) s += " --url " + a.url;
+  if (!a.mmproj.empty()) s += " --mmproj " + a.mmproj;
+  for (const auto& i : a.images) s += " --image " + i;
   return s;
 }
 
@@ -345,6 +354,11 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--bw-reps", a->bw_reps, "bandwidth repetitions")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  sub->add_option("--mmproj", a->mmproj,
+                  "vision projector (mmproj) for the image-cost section (with --image)");
+  sub->add_option("--image", a->images,
+                  "PNG/JPEG to measure (repeatable): encode time and the prefill of a prompt "
+                  "holding it beside a text prompt of as many positions, -r times");
   sub->add_option("--url", a->url,
                   "run the concurrency ladder against an OpenAI-compatible server "
                   "(http://HOST:PORT) instead of the in-process engine");

@@ -261,12 +261,50 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"-m " + tiny_model() + " --ctx 64 --ablate kv=q8_0 --quality-ctx 4096 --quality-text " +
            short_text(),
        "needs 4096"},
+      {"-m " + tiny_model() + " --ctx 64 --image x.png", "--image needs --mmproj"},
+      {"-m " + tiny_model() + " --ctx 64 --mmproj m.gguf", "give the images to measure"},
+      {"-m " + tiny_model() + " --ctx 64 --mmproj m.gguf --image " + tmp_path("no_such.png"),
+       "no_such.png: cannot open"},
+      {"--url http://127.0.0.1:1 --mmproj m.gguf --image x.png", "not with --url"},
   };
   for (const auto& c : cases) {
     auto r = run_cli("bench " + c.args + " --bw-mib 64 --bw-reps 1 -o " + tmp_path("bench_bad"));
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.err.find(c.want), std::string::npos) << c.args << "\n" << r.err;
   }
+}
+
+// The image-cost section on the reference's tiny Gemma 3 pair: encode
+// time and the prefill with the image beside a text prompt of as many
+// positions, in the JSON and the Markdown; a projector of another width is
+// refused before the ladder.
+TEST(CliBench, ImageCost) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string dir = tmp_path("bench_vision");
+  std::filesystem::remove_all(dir);
+  const std::string mm = ref_path("vision/models/mmproj-tinygemma3-pool4.gguf");
+  auto r = run_cli("bench -m " + ref_path("vision/models/tiny-gemma3-vlm-f32.gguf") +
+                   " --ctx 64 -n 4 -r 2 -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 --mmproj " +
+                   mm + " --image " + ref_path("vision/images/solid32.png") + " -o " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(slurp(dir + "/report.json"));
+  ASSERT_TRUE(j.contains("vision")) << j.dump();
+  const json& v = j["vision"];
+  EXPECT_EQ(v["tokens_per_image"], 16);
+  EXPECT_EQ(v["positions"], 9 + 18);  // BOS + 8 random tokens, then <start_of_image> 16 <end_of_image>
+  ASSERT_EQ(v["images"].size(), 1u);
+  const json& i = v["images"][0];
+  EXPECT_EQ(i["encode_ms"].size(), 2u);
+  EXPECT_GT(i["encode_ms_p50"].get<double>(), 0.0);
+  EXPECT_GT(i["prefill_image_ms_p50"].get<double>(), 0.0);
+  EXPECT_GT(i["prefill_text_ms_p50"].get<double>(), 0.0);
+  EXPECT_NE(slurp(dir + "/report.md").find("## Image cost"), std::string::npos);
+  auto bad = run_cli("bench -m " + tiny_model() + " --ctx 64 -n 4 -r 1 --no-concurrency " +
+                     "--bw-mib 64 --bw-reps 1 --mmproj " + mm + " --image " +
+                     ref_path("vision/images/solid32.png") + " -o " + tmp_path("bench_bad_vis"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("embeddings of width 128, but the model's width is"), std::string::npos)
+      << bad.err;
 }
 
 }  // namespace
