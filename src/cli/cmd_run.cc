@@ -66,7 +66,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // --spec: the engine runs the one sequence, drafting and verifying; the
 // text is streamed as it is verified, the counts go to the stderr line.
 int run_engine(const RunArgs& a, const spec::Config& sc, std::vector<int32_t> ids, int64_t n_gen,
-               const tokenizer::Tokenizer& tok) {
+               const tokenizer::Tokenizer& tok,
+               std::shared_ptr<const engine::MediaPrompt> media) {
   engine::EngineConfig ec;
   ec.model_path = a.m.model;
   ec.n_threads = a.m.threads;
@@ -89,6 +90,7 @@ int run_engine(const RunArgs& a, const spec::Config& sc, std::vector<int32_t> id
   if (!e) return fail(e.status().message());
   engine::Request r;
   r.prompt = std::move(ids);
+  r.media = std::move(media);
   r.max_tokens = static_cast<int32_t>(std::min<int64_t>(n_gen, INT32_MAX));
   r.sampling = a.sc;
   r.ignore_eos = a.ignore_eos;
@@ -151,8 +153,6 @@ int run_run(RunArgs a) {
     if (Status st = c->check_startable(); !st) return fail(st.message());
     a.sc.constraint = std::move(c);
   }
-  if (a.media.given() && spec->enabled())
-    return fail("run: --image with --spec is not supported yet (the engine does not place images)");
   // The prompt must leave room for at least one generated token.
   std::optional<engine::MediaPrompt> mp;
   MediaStats ms;
@@ -172,7 +172,9 @@ int run_run(RunArgs a) {
     std::fprintf(stderr, "sustain: note: generating %lld tokens, the room left in -c %lld\n",
                  static_cast<long long>(n_gen), static_cast<long long>(sess.ctx));
 
-  if (spec->enabled()) return run_engine(a, *spec, std::move(*ids), n_gen, *sess.tok);
+  if (spec->enabled())
+    return run_engine(a, *spec, std::move(*ids), n_gen, *sess.tok,
+                      mp ? std::make_shared<const engine::MediaPrompt>(*mp) : nullptr);
 
   sampling::Sampler sampler(a.sc);
   for (int64_t i = 0; i < static_cast<int64_t>(ids->size()); ++i)

@@ -28,10 +28,15 @@ Expected<engine::MediaPrompt> media_prompt(Session& s, const ModelArgs& m, const
   SUSTAIN_ASSIGN_OR_RETURN(auto style, engine::media_style(proj.hparams().projector_type));
   SUSTAIN_ASSIGN_OR_RETURN(std::string text, prompt_text(m));
   std::vector<std::vector<float>> embd;
+  // A session without a cache (run --spec: the engine has its own) has no pool.
+  std::unique_ptr<ThreadPool> own;
+  if (!s.pool)
+    own = std::make_unique<ThreadPool>(m.threads > 0 ? m.threads : ThreadPool::hardware_threads());
+  ThreadPool& pool = s.pool ? *s.pool : *own;
   for (const std::string& path : a.images) {
     SUSTAIN_ASSIGN_OR_RETURN(auto img, vision::load_image(path));
     const auto t0 = std::chrono::steady_clock::now();
-    embd.push_back(proj.encode(img, *s.pool));
+    embd.push_back(proj.encode(img, pool));
     if (stats)
       stats->encode_ms.push_back(std::chrono::duration<double, std::milli>(
                                      std::chrono::steady_clock::now() - t0)

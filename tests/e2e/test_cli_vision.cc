@@ -163,6 +163,12 @@ TEST(CliVision, RunWithAnImageGeneratesTheReferenceTokens) {
   // The reference's greedy ids 379 110 379 are " no", "k", " no".
   EXPECT_EQ(r.out, " nok no\n");
   EXPECT_NE(r.err.find("images: 1, 16 image tokens"), std::string::npos) << r.err;
+  // In the engine, with n-gram speculation: the same text.
+  r = run_cli("run -m " + text_model() + " --mmproj " + mmproj("mmproj-tinygemma3-pool4.gguf") +
+              " --image " + ref_path("vision/images/solid32.png") + " --special -f " +
+              image_prompt_file() + " -c 1024 -t 2 -n 3 --temp 0 --ignore-eos --spec ngram");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, " nok no\n");
 }
 
 TEST(CliVision, ImageFlagErrorsNameTheProblem) {
