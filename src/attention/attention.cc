@@ -205,13 +205,13 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
   const int64_t n_q = static_cast<int64_t>(queries.size());
   if (n_q == 0) return;
   if (p.window > 0) {
-    // Only a context longer than the window needs the window path; shorter
-    // ones see every key either way.
+    // Only a query whose window starts past key 0 needs the window path;
+    // the others see every key up to n_visible either way.
     bool beyond = false;
     for (const QueryInfo& qi : queries) {
       SUSTAIN_CHECK(qi.pages != nullptr && qi.n_visible >= 0 &&
                     qi.n_visible <= static_cast<int64_t>(qi.pages->pages.size()) * g.page_tokens);
-      beyond = beyond || qi.n_visible > p.window;
+      beyond = beyond || qi.window_first(p.window) > 0;
     }
     if (beyond) {
       attend_window(cache, layer, p, queries, q, out, pool, scratch);

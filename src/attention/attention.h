@@ -4,6 +4,7 @@
 // stored format.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -17,6 +18,16 @@ namespace sustain::attention {
 struct QueryInfo {
   const kv::PageTable* pages = nullptr;
   int64_t n_visible = 0;
+  // Sliding window: the keys from max(0, window_end - window) on, up to
+  // n_visible; 0 means window_end = n_visible (a causal query). A query of a
+  // non-causal block sets its own position + 1 here: the window counts back
+  // from the query while it still sees the block's later keys.
+  int64_t window_end = 0;
+
+  int64_t window_first(int window) const {
+    const int64_t end = window_end > 0 ? window_end : n_visible;
+    return window > 0 ? std::max<int64_t>(0, end - window) : 0;
+  }
 };
 
 // Split-KV (flash-decoding): with few query blocks per thread (decode of one
@@ -36,7 +47,8 @@ struct AttnParams {
   float scale = 0.0f;  // usually 1/sqrt(head_dim_k)
   SplitKv split_kv = SplitKv::kAuto;
   // Sliding window: > 0 limits each query to its last `window` keys (itself
-  // included); see window.h. attention_scratch_bytes sizes for it.
+  // included; QueryInfo::window_end moves the window's end); see window.h.
+  // attention_scratch_bytes sizes for it.
   int window = 0;
 };
 

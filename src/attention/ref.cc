@@ -23,7 +23,7 @@ void attend_ref(const kv::KvCache& cache, int layer, const AttnParams& p,
       double* o = out + (t * p.n_head + h) * dv;
       std::fill(o, o + dv, 0.0);
       // A sliding window keeps the last p.window keys.
-      const int64_t k0 = p.window > 0 ? std::max<int64_t>(0, qi.n_visible - p.window) : 0;
+      const int64_t k0 = qi.window_first(p.window);
       const int64_t n = qi.n_visible - k0;
       if (n == 0) continue;
       scores.assign(n, 0.0);

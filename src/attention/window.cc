@@ -46,6 +46,8 @@ struct WindowRun {
   DequantizeFn k_deq, v_deq;
 };
 
+constexpr int kMaxGroup = 256;  // query heads per KV head
+
 // Query t, KV head hk: every query head of the group over the window.
 void run_window_item(const WindowRun& R, size_t t, int hk, int thread) {
   const AttnParams& p = *R.p;
@@ -57,39 +59,61 @@ void run_window_item(const WindowRun& R, size_t t, int hk, int thread) {
   float* s = vf + size_t(p.window) * dv;
   uint8_t* row = mine + R.area.floats * sizeof(float);
   const QueryInfo& qi = (*R.queries)[t];
-  const int64_t k1 = qi.n_visible, k0 = std::max<int64_t>(0, k1 - p.window);
-  const int n = static_cast<int>(k1 - k0);
-  for (int j = 0; j < n; ++j) {
-    R.cache->copy_k_row(*qi.pages, R.layer, hk, k0 + j, row);
-    R.k_deq(row, kf + size_t(j) * dk, dk);
-    R.cache->copy_v_row(*qi.pages, R.layer, hk, k0 + j, row);
-    R.v_deq(row, vf + size_t(j) * dv, dv);
-  }
+  const int64_t k1 = qi.n_visible, k0 = std::min(qi.window_first(p.window), k1);
+  // At most `window` keys fit the scratch at once. A non-causal query's
+  // window can hold more (it sees later keys of its block too): chunks of
+  // `window` keys then go through an online softmax (running maximum and
+  // sum per head), which one chunk reduces to the exact softmax.
+  const int64_t total = k1 - k0;
+  SUSTAIN_CHECK(group <= kMaxGroup);
+  float m[kMaxGroup], l[kMaxGroup];
   for (int i = 0; i < group; ++i) {
-    const int h = hk * group + i;
-    const float* qh = R.q + (t * p.n_head + h) * size_t(dk);
-    float* oh = R.out + (t * p.n_head + h) * size_t(dv);
+    m[i] = -std::numeric_limits<float>::infinity();
+    l[i] = 0.0f;
+    float* oh = R.out + (t * p.n_head + hk * group + i) * size_t(dv);
     std::fill(oh, oh + dv, 0.0f);
-    if (n == 0) continue;
-    float m = -std::numeric_limits<float>::infinity();
+  }
+  for (int64_t c0 = k0; c0 < k1; c0 += p.window) {
+    const int n = static_cast<int>(std::min<int64_t>(p.window, k1 - c0));
     for (int j = 0; j < n; ++j) {
-      const float* kj = kf + size_t(j) * dk;
-      float dot = 0.0f;
-      for (int c = 0; c < dk; ++c) dot += qh[c] * kj[c];
-      s[j] = dot * p.scale;
-      m = std::max(m, s[j]);
+      R.cache->copy_k_row(*qi.pages, R.layer, hk, c0 + j, row);
+      R.k_deq(row, kf + size_t(j) * dk, dk);
+      R.cache->copy_v_row(*qi.pages, R.layer, hk, c0 + j, row);
+      R.v_deq(row, vf + size_t(j) * dv, dv);
     }
-    float l = 0.0f;
-    for (int j = 0; j < n; ++j) {
-      s[j] = std::exp(s[j] - m);
-      l += s[j];
+    for (int i = 0; i < group; ++i) {
+      const int h = hk * group + i;
+      const float* qh = R.q + (t * p.n_head + h) * size_t(dk);
+      float* oh = R.out + (t * p.n_head + h) * size_t(dv);
+      float mc = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < n; ++j) {
+        const float* kj = kf + size_t(j) * dk;
+        float dot = 0.0f;
+        for (int c = 0; c < dk; ++c) dot += qh[c] * kj[c];
+        s[j] = dot * p.scale;
+        mc = std::max(mc, s[j]);
+      }
+      const float mn = std::max(m[i], mc);
+      const float keep = l[i] > 0.0f ? std::exp(m[i] - mn) : 0.0f;  // rescales what came before
+      float lc = 0.0f;
+      for (int j = 0; j < n; ++j) {
+        s[j] = std::exp(s[j] - mn);
+        lc += s[j];
+      }
+      for (int c = 0; c < dv; ++c) oh[c] *= keep;
+      for (int j = 0; j < n; ++j) {
+        const float* vj = vf + size_t(j) * dv;
+        for (int c = 0; c < dv; ++c) oh[c] += s[j] * vj[c];
+      }
+      l[i] = l[i] * keep + lc;
+      m[i] = mn;
     }
-    const float inv = 1.0f / l;
-    for (int j = 0; j < n; ++j) {
-      const float w = s[j] * inv;
-      const float* vj = vf + size_t(j) * dv;
-      for (int c = 0; c < dv; ++c) oh[c] += w * vj[c];
-    }
+  }
+  if (total == 0) return;
+  for (int i = 0; i < group; ++i) {
+    float* oh = R.out + (t * p.n_head + hk * group + i) * size_t(dv);
+    const float inv = 1.0f / l[i];
+    for (int c = 0; c < dv; ++c) oh[c] *= inv;
   }
 }
 

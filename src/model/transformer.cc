@@ -111,7 +111,9 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
   ws.queries.clear();
   for (int64_t i = 0; i < T; ++i)
     ws.queries.push_back({s.batch.seqs[static_cast<size_t>(s[i].seq)],
-                          s[i].n_visible > 0 ? s[i].n_visible : s[i].pos + 1});
+                          s[i].n_visible > 0 ? s[i].n_visible : s[i].pos + 1,
+                          // A non-causal token's window counts back from itself.
+                          s[i].n_visible > s[i].pos + 1 ? s[i].pos + 1 : 0});
   attention::AttnParams ap = attn_params(c);
   ap.window = o.window;
   attention::attend(cache, kvl, ap, ws.queries, ws.q.data(), ws.attn_out.data(), pool,

@@ -193,6 +193,32 @@ TEST(SlidingWindow, MatchesReference) {
   }
 }
 
+// A non-causal block (Gemma 3's image tokens) on a sliding-window layer:
+// each query of the block sees every key of the block, later ones included,
+// while its window still counts back from its own position. Such a window
+// holds more than `window` keys, which the window path takes in chunks of
+// `window` through an online softmax. Blocks before, across and past the
+// window's length; sharper scores than the default, so the running maximum
+// moves.
+TEST(SlidingWindow, NonCausalBlockMatchesReference) {
+  for (QType t : {QType::F16, QType::Q8_0}) {
+    for (int window : {1, 16, 37, 600}) {
+      SCOPED_TRACE(std::string(qtype_name(t)) + " window " + std::to_string(window));
+      const kv::KvGeometry g = geometry(2, 32, 16, t, t);
+      Filled f = make_filled(g, {300, 90}, 23, /*k_sigma=*/2.0f);
+      AttnParams p = params_for(g, 2, SplitKv::kAuto);
+      p.window = window;
+      std::vector<QueryInfo> queries;
+      // A block of 64 at 200..263 of the first sequence, one of 40 at 10..49
+      // of the second, and a causal query beside them.
+      for (int64_t pos = 200; pos < 264; ++pos) queries.push_back({&f.seqs[0], 264, pos + 1});
+      for (int64_t pos = 10; pos < 50; ++pos) queries.push_back({&f.seqs[1], 50, pos + 1});
+      queries.push_back({&f.seqs[0], 300});
+      worst_over_runs(*f.cache, 1, p, queries, 29);
+    }
+  }
+}
+
 // Peaked softmax (large scores): the running maximum changes often, so the
 // rescaling of earlier tiles is exercised.
 TEST(Attention, PeakedScores) {

@@ -346,6 +346,44 @@ TEST(ImagePrompt, MarkersAndImagesMustPairUp) {
 }
 
 
+// An image past the first sliding window (the tiny model's is 512): its
+// queries' windows count back from each query and still see the whole
+// image (attention's SlidingWindow.NonCausalBlockMatchesReference checks
+// the arithmetic). Here: it runs, the logits are finite, and they differ
+// from those of the image decoded causally (the non-causal block is in
+// effect past the window).
+TEST(ImagePrompt, ImagePastTheSlidingWindow) {
+  SUSTAIN_REQUIRE_REF();
+  Text t = open_text();
+  ASSERT_TRUE(t.model && t.tok);
+  ASSERT_EQ(t.model->config().sliding_window, 512u);
+  std::string text;
+  while (t.tok->encode(text, false, false)->size() < 600) text += "the cat sat on the mat. ";
+  text += "<__media__> What colour is it?";
+  const auto embd = test::read_f32(
+      test::vision_ref("vision/mmproj-tinygemma3-pool4.solid32.embd.f32"));
+  std::vector<float> last[2];
+  for (int causal = 0; causal < 2; ++causal) {
+    auto style = engine::media_style("gemma3");
+    ASSERT_TRUE(style);
+    style->non_causal = causal == 0;
+    auto mp = engine::build_media_prompt(*t.tok, text, true, false, {embd}, 128, *style);
+    ASSERT_TRUE(mp) << mp.status().message();
+    ASSERT_GT(mp->images[0].begin, 600);
+    std::vector<std::vector<float>> gen;
+    std::vector<int32_t> greedy;
+    const auto all = run(t, *mp, 512, 0, &gen, &greedy);
+    ASSERT_FALSE(all.empty());
+    const int64_t V = t.model->config().n_vocab;
+    last[causal].assign(all.end() - V, all.end());
+    for (float x : last[causal]) ASSERT_TRUE(std::isfinite(x));
+  }
+  // 600 tokens of text dilute the image's effect on the last logits (0.006
+  // std here, against 0.5 to 0.8 right after a short prompt), but it is
+  // there, far above float noise (1e-6).
+  EXPECT_GE(test::compare(last[0], last[1]).max_over_std, 1e-3);
+}
+
 // Through the engine: four image requests at once (two images, prefill cut
 // into 24-token chunks that must step around the 16-token images, n-gram
 // speculation on), each with llama.cpp's greedy tokens; the same image again

@@ -14,16 +14,6 @@ namespace sustain {
 Status forward_gemma3(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
                       ThreadPool& pool, float* logits) {
   const ArchConfig& c = m.config();
-  // A non-causal block (image tokens) sees later keys; on a sliding-window
-  // layer its window would then have to start at the query's own position
-  // minus W, which the window path does not do: refused past the window.
-  for (int64_t i = 0; i < s.size(); ++i)
-    if (s[i].n_visible > s[i].pos + 1 && c.sliding_window > 0 &&
-        s[i].n_visible > static_cast<int64_t>(c.sliding_window))
-      return error(Code::kUnsupported,
-                   "a non-causal block (an image) ending at position {} is past the sliding "
-                   "window of {} positions; only blocks inside the first window are supported",
-                   s[i].n_visible, c.sliding_window);
   embed(m, s, ws);
   // Token embeddings are scaled by sqrt(n_embd) (in f32, as llama.cpp);
   // embeddings given directly (image tokens) are not.
