@@ -24,22 +24,14 @@ int run_logits(const LogitsArgs& a) {
   auto s = open_session(a.m, true);
   if (!s) return fail(s.status().message());
   Session& sess = **s;
-  std::optional<engine::MediaPrompt> mp;
   MediaStats ms;
-  Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
-  if (a.media.given()) {
-    auto p = media_prompt(sess, a.m, a.media, 0, &ms);
-    if (!p) return fail(p.status().message());
-    mp = std::move(*p);
-    *ids = mp->ids;
-  } else {
-    ids = tokenize_prompt(sess, a.m, 0);
-    if (!ids) return fail(ids.status().message());
-  }
+  auto in = prompt_input(sess, a.m, a.media, 0, &ms);
+  if (!in) return fail(in.status().message());
+  const std::vector<int32_t>* ids = &in->ids;
+  const std::optional<engine::MediaPrompt>& mp = in->media;
   kv::PageTable table;
   std::vector<float> logits;
-  Status st = mp ? feed_media(sess, table, *mp, a.m.batch, &logits, nullptr)
-                 : feed(sess, table, *ids, a.m.batch, &logits, nullptr);
+  Status st = feed_prompt(sess, table, *in, a.m.batch, &logits, nullptr);
   if (!st) return fail(st.message());
   {
     std::ofstream f(a.out, std::ios::binary);
@@ -58,8 +50,8 @@ int run_logits(const LogitsArgs& a) {
   j["cache_type_k"] = a.m.cache_type_k;
   j["cache_type_v"] = a.m.cache_type_v;
   if (mp) {
-    // Image positions hold embeddings, not tokens: their token_ids entry is
-    // the image's opening token, a placeholder.
+    // Image positions hold embeddings, not tokens: their token_ids entries
+    // are the negative keys prefix reuse matches on (media_prompt.h).
     j["mmproj"] = a.media.mmproj;
     j["images"] = a.media.images;
     auto& im = j["image_positions"];

@@ -154,18 +154,11 @@ int run_run(RunArgs a) {
     a.sc.constraint = std::move(c);
   }
   // The prompt must leave room for at least one generated token.
-  std::optional<engine::MediaPrompt> mp;
   MediaStats ms;
-  Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
-  if (a.media.given()) {
-    auto p = media_prompt(sess, a.m, a.media, 1, &ms);
-    if (!p) return fail(p.status().message());
-    mp = std::move(*p);
-    *ids = mp->ids;
-  } else {
-    ids = tokenize_prompt(sess, a.m, 1);
-    if (!ids) return fail(ids.status().message());
-  }
+  auto in = prompt_input(sess, a.m, a.media, 1, &ms);
+  if (!in) return fail(in.status().message());
+  std::vector<int32_t>* ids = &in->ids;
+  const std::optional<engine::MediaPrompt>& mp = in->media;
   const int64_t room = sess.ctx - static_cast<int64_t>(ids->size());
   int64_t n_gen = a.n_predict < 0 ? room : std::min(a.n_predict, room);
   if (a.n_predict > room)
@@ -182,8 +175,7 @@ int run_run(RunArgs a) {
   kv::PageTable table;
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
-  Status st = mp ? feed_media(sess, table, *mp, a.m.batch, nullptr, &logits)
-                 : feed(sess, table, *ids, a.m.batch, nullptr, &logits);
+  Status st = feed_prompt(sess, table, *in, a.m.batch, nullptr, &logits);
   if (!st) return fail(st.message());
   const double t_prompt = seconds_since(t0);
 

@@ -53,6 +53,25 @@ Expected<engine::MediaPrompt> media_prompt(Session& s, const ModelArgs& m, const
   return mp;
 }
 
+Expected<PromptInput> prompt_input(Session& s, const ModelArgs& m, const MediaArgs& a,
+                                   int64_t reserve_after, MediaStats* stats) {
+  PromptInput p;
+  if (a.given()) {
+    SUSTAIN_ASSIGN_OR_RETURN(auto mp, media_prompt(s, m, a, reserve_after, stats));
+    p.ids = mp.ids;
+    p.media = std::move(mp);
+  } else {
+    SUSTAIN_ASSIGN_OR_RETURN(p.ids, tokenize_prompt(s, m, reserve_after));
+  }
+  return p;
+}
+
+Status feed_prompt(Session& s, kv::PageTable& table, const PromptInput& p, int64_t batch,
+                   std::vector<float>* all_logits, std::vector<float>* last_logits) {
+  return p.media ? feed_media(s, table, *p.media, batch, all_logits, last_logits)
+                 : feed(s, table, p.ids, batch, all_logits, last_logits);
+}
+
 Status feed_media(Session& s, kv::PageTable& table, const engine::MediaPrompt& mp, int64_t batch,
                   std::vector<float>* all_logits, std::vector<float>* last_logits) {
   const int64_t n_vocab = s.model->config().n_vocab;

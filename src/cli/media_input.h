@@ -3,6 +3,7 @@
 // shared by `run` and `logits`.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,18 @@ struct MediaStats {
 // `reserve_after` positions to generate) longer than the context.
 Expected<engine::MediaPrompt> media_prompt(Session& s, const ModelArgs& m, const MediaArgs& a,
                                            int64_t reserve_after, MediaStats* stats);
+
+// The prompt of -p/-f: with --image, laid out with the images; without,
+// tokenized as tokenize_prompt does.
+struct PromptInput {
+  std::vector<int32_t> ids;                  // media->ids when there are images
+  std::optional<engine::MediaPrompt> media;  // set with --image
+};
+Expected<PromptInput> prompt_input(Session& s, const ModelArgs& m, const MediaArgs& a,
+                                   int64_t reserve_after, MediaStats* stats);
+// feed() or feed_media(), as the prompt has images or not.
+Status feed_prompt(Session& s, kv::PageTable& table, const PromptInput& p, int64_t batch,
+                   std::vector<float>* all_logits, std::vector<float>* last_logits);
 
 // feed() for a prompt with images: forward chunks of at most min(batch,
 // the workspace) positions that never cut an image.

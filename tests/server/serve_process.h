@@ -11,9 +11,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -45,6 +47,19 @@ inline std::string server_model() {
   static const std::string path =
       synth_once("server_tiny_qwen3.gguf", "--preset tiny-qwen3 --seed 3");
   return path;
+}
+
+// Runs a shell command; its stdout, and its exit code in *code (-1 when it
+// did not exit normally). nullopt when it could not be started.
+inline std::optional<std::string> run_shell(const std::string& cmd, int* code) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return std::nullopt;
+  std::string out;
+  char buf[65536];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int st = pclose(p);
+  *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
 }
 
 class ServeProcess {

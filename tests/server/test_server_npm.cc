@@ -18,14 +18,7 @@ using nlohmann::json;
 const std::string kDir = SUSTAIN_SERVER_TEST_DIR;
 
 std::optional<std::string> run(const std::string& cmd, int* code) {
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return std::nullopt;
-  std::string out;
-  char buf[65536];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int st = pclose(p);
-  *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  return run_shell(cmd, code);
 }
 
 TEST(ServerNpm, OfficialOpenAiClient) {
