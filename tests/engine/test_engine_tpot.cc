@@ -170,7 +170,7 @@ TEST(TpotTarget, ALongPromptNoLongerStallsDecodingStreams) {
   EXPECT_GT(st.target_steps, 0u);
   EXPECT_GT(st.prefill_tokens_deferred, 0u);
   const double kept = median(g_on.during), p90 = quantile(g_on.during, 0.9);
-  EXPECT_LE(kept, 1.25 * target) << "decode step " << step * 1e3 << " ms, target " << target * 1e3
+  EXPECT_LE(kept, 1.5 * target) << "decode step " << step * 1e3 << " ms, target " << target * 1e3
                                  << " ms, median gap " << kept * 1e3 << " ms";
   EXPECT_LE(p90, 2.0 * target) << "P90 gap " << p90 * 1e3 << " ms, target " << target * 1e3;
   EXPECT_LT(kept, 0.5 * stalled);

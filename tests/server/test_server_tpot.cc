@@ -115,7 +115,7 @@ TEST(ServerTpot, ALongPromptDoesNotStallStreamsUnderATarget) {
   ASSERT_TRUE(on.ok);
   ASSERT_GE(on.during.size(), 4u);
   const double kept = median(on.during);
-  EXPECT_LE(kept, 1.25 * target) << "decode gap " << step * 1e3 << " ms, target " << target * 1e3
+  EXPECT_LE(kept, 1.5 * target) << "decode gap " << step * 1e3 << " ms, target " << target * 1e3
                                  << " ms, median gap under it " << kept * 1e3;
   EXPECT_LT(kept, 0.5 * stalled);
 
