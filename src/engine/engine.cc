@@ -88,6 +88,10 @@ Expected<Stream> Engine::submit(Request r) {
       return error(Code::kInvalidArgument,
                    "request: image embeddings of width {}, but the model's width is {}", m.n_embd,
                    model_->config().n_embd);
+    if (m.non_causal && !m.images.empty() && model_->config().n_recurrent_layer() > 0)
+      return error(Code::kUnsupported,
+                   "request: this projector's image tokens attend both ways, which a model with "
+                   "recurrent (linear-attention) layers cannot compute");
     const int64_t chunk = std::min(config_.batch_tokens, config_.ubatch_tokens);
     for (size_t i = 0; i < m.images.size(); ++i) {
       const auto& im = m.images[i];

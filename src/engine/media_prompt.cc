@@ -47,6 +47,14 @@ BatchToken MediaPrompt::token(int64_t p, int32_t seq, int64_t pos0, bool logits)
   return t;
 }
 
+std::vector<const float*> MediaPrompt::position_rows() const {
+  std::vector<const float*> rows(ids.size(), nullptr);
+  for (const Image& im : images)
+    for (int64_t p = im.begin; p < im.end; ++p)
+      rows[static_cast<size_t>(p)] = embd.data() + (im.row + (p - im.begin)) * n_embd;
+  return rows;
+}
+
 namespace {
 
 Expected<int32_t> single_token(const tokenizer::Tokenizer& tok, const std::string& text) {

@@ -64,6 +64,9 @@ struct MediaPrompt {
   // The batch token of position p of this prompt, placed at position
   // pos0 + p of sequence `seq`.
   BatchToken token(int64_t p, int32_t seq, int64_t pos0, bool logits) const;
+  // One entry per position: its image row, or nullptr for a text position
+  // (what a proposer that embeds positions itself, mtp, needs).
+  std::vector<const float*> position_rows() const;
 };
 
 // Lays out `text` with `images` (each [rows][n_embd], in marker order).

@@ -219,6 +219,7 @@ void Scheduler::drain_inbox() {
     s->sampler.emplace(rs->req.sampling);
     for (int32_t t : s->tokens)
       if (!MediaPrompt::is_image_key(t)) s->sampler->accept(t);
+    if (rs->req.media && !hidden_users.empty()) s->media_rows = rs->req.media->position_rows();
     {
       std::lock_guard<std::mutex> l(stats_mu);
       ++shared_stats.requests_submitted;
@@ -743,9 +744,9 @@ bool Scheduler::step() {
       const Seq* s = seqs[i];
       // A request that opted out of speculation never drafts: its hidden
       // states would only cost the MTP block a forward.
-      if (!s->done && s->st->req.speculative && !s->st->req.media)
+      if (!s->done && s->st->req.speculative)
         obs.push_back({s->st->id, s->tokens, pos0[i], s->n_computed - pos0[i],
-                       hidden_rows.data() + row * d});
+                       hidden_rows.data() + row * d, s->media_rows});
       row += len[i];
     }
     for (spec::Proposer* p : hidden_users) p->observe(obs);

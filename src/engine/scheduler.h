@@ -42,6 +42,7 @@ struct Seq {
   // Speculative decoding: this step's draft (verified after the forward),
   // and the request's counts.
   spec::Draft draft;
+  std::vector<const float*> media_rows;  // a prompt with images: MediaPrompt::position_rows()
   int64_t spec_drafted = 0, spec_accepted = 0, spec_steps = 0;
   int32_t preemptions = 0;
   Clock::time_point t_start, t_first_token;

@@ -58,6 +58,30 @@ bool DraftModelProposer::catch_up(std::span<Job> jobs, std::span<SeqState*> st) 
   return true;
 }
 
+std::span<const int32_t> DraftModelProposer::text_view(SeqState& s,
+                                                      std::span<const int32_t> tokens) {
+  if (tokens.size() < s.seen) {  // not the tokens seen so far: start over
+    s.text.clear();
+    s.seen = 0;
+    s.has_image = false;
+  }
+  if (!s.has_image) {
+    auto it = std::find_if(tokens.begin() + static_cast<std::ptrdiff_t>(s.seen), tokens.end(),
+                           [](int32_t t) { return t < 0; });
+    if (it == tokens.end()) {
+      s.seen = tokens.size();
+      return tokens;
+    }
+    s.has_image = true;
+    s.text.assign(tokens.begin(), it);
+    s.seen = static_cast<size_t>(it - tokens.begin());
+  }
+  for (size_t i = s.seen; i < tokens.size(); ++i)
+    if (tokens[i] >= 0) s.text.push_back(tokens[i]);
+  s.seen = tokens.size();
+  return s.text;
+}
+
 void DraftModelProposer::propose_batch(std::span<Job> jobs) {
   std::vector<Job> live;
   std::vector<SeqState*> st;
@@ -66,11 +90,14 @@ void DraftModelProposer::propose_batch(std::span<Job> jobs) {
     if (j.k < 1 || j.tokens.empty()) continue;
     SeqState& s = seqs_[j.seq];
     if (!s.sampler) s.sampler.emplace(draft_sampling(*j.sampling));
+    Job v = j;
+    v.tokens = text_view(s, j.tokens);
+    if (v.tokens.empty()) continue;
     // Keep the longest prefix still valid (a rejected draft is cut off);
     // the last token is always fed again, for its logits.
-    const auto n = static_cast<int64_t>(j.tokens.size());
-    int64_t c = std::mismatch(s.computed.begin(), s.computed.end(), j.tokens.begin(),
-                              j.tokens.end())
+    const auto n = static_cast<int64_t>(v.tokens.size());
+    int64_t c = std::mismatch(s.computed.begin(), s.computed.end(), v.tokens.begin(),
+                              v.tokens.end())
                     .first -
                 s.computed.begin();
     c = std::min(c, n - 1);
@@ -81,7 +108,7 @@ void DraftModelProposer::propose_batch(std::span<Job> jobs) {
       forget(j.seq);  // out of pages: no draft for it this step
       continue;
     }
-    live.push_back(j);
+    live.push_back(v);
     st.push_back(&s);
   }
   if (live.empty()) return;

@@ -12,6 +12,11 @@
 // needs pages the target could use and never runs out where the target
 // does not. Recurrent (hybrid) draft models are refused: their state cannot
 // be cut back after a rejection.
+//
+// A draft model reads text only: the positions of a prompt's images
+// (negative ids, engine/media_prompt.h) are left out of what it sees, so it
+// drafts from the text around them, at positions of its own. Its drafts are
+// worse after an image, never wrong (the engine verifies every one).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +60,11 @@ class DraftModelProposer final : public Proposer {
   struct SeqState {
     kv::PageTable table;
     std::vector<int32_t> computed;  // the tokens whose K/V are in `table`
+    // A sequence with images: its tokens without them (what the draft
+    // reads), built from the first `seen` of the sequence's tokens.
+    std::vector<int32_t> text;
+    size_t seen = 0;
+    bool has_image = false;
     std::optional<sampling::Sampler> sampler;
   };
   DraftModelProposer(std::unique_ptr<Model> m, const DraftModelOptions& o, ThreadPool& pool)
@@ -65,6 +75,9 @@ class DraftModelProposer final : public Proposer {
   // Samples the next draft token of job j from logits row `row`; false
   // when the draft stops there (p_min).
   bool draw(Job& j, SeqState& s, const float* row);
+  // The tokens the draft reads for `tokens`: themselves, or for a sequence
+  // with images the text without them (kept up to date in `s`).
+  std::span<const int32_t> text_view(SeqState& s, std::span<const int32_t> tokens);
 
   std::unique_ptr<Model> model_;
   DraftModelOptions opt_;

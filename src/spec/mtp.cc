@@ -109,7 +109,11 @@ void MtpProposer::observe(std::span<const Observed> steps) {
         } else {
           h_prev_.resize(h_prev_.size() + static_cast<size_t>(d), 0.0f);
         }
-        batch_.tokens.push_back({o.tokens[static_cast<size_t>(i)], si, i, i == last});
+        BatchToken t{o.tokens[static_cast<size_t>(i)], si, i, i == last};
+        // An image position enters the block as its image row, as it
+        // entered the target.
+        if (i < static_cast<int64_t>(o.rows.size())) t.embd = o.rows[static_cast<size_t>(i)];
+        batch_.tokens.push_back(t);
         if (i == last) logit_seqs.emplace_back(&s, i);
       }
       s.done = end + 1;

@@ -12,7 +12,8 @@
 // position, from which the next step's draft is drawn at the request's
 // temperature (q is kept, so the engine verifies by rejection sampling).
 // Only verified tokens ever enter the block's KV, so a rejected draft needs
-// no rollback.
+// no rollback. A prompt's image positions enter the block as their image
+// rows (Observed::rows), as they entered the target.
 //
 // What it does not do (docs/speculative.md): draft more than one token a
 // step (chaining the block's own hidden state into a second pass is not

@@ -48,6 +48,10 @@ struct Observed {
   std::span<const int32_t> tokens;
   int64_t pos = 0, n = 0;
   const float* hidden = nullptr;  // [n × n_embd]
+  // A prompt with images: the input row ([n_embd], unscaled) of each of its
+  // positions that holds one, nullptr where it holds a token; entries past
+  // the end are tokens. Empty for a text prompt.
+  std::span<const float* const> rows;
 };
 
 // One sequence that wants a draft this step.

@@ -10,6 +10,9 @@
 #include <map>
 
 #include "engine/api.h"
+#include "engine/media_prompt.h"
+#include "kernels/ops.h"
+#include "model/model.h"
 #include "spec/draft_model.h"
 #include "test_util.h"
 
@@ -197,6 +200,59 @@ class GreedyLiar final : public spec::Proposer {
  private:
   std::shared_ptr<spec::Proposer> inner_;
 };
+
+// A draft model reads text only: a request with an image drafts from the
+// text around it, and one such request in the batch does not stop the
+// others' drafts (they share the draft's forwards). The "image" here is
+// rows equal to the token embeddings it replaces, so the target's greedy
+// output must be the text prompt's.
+TEST(EngineDraft, RequestsWithImagesDraftFromTheirText) {
+  SUSTAIN_REQUIRE_REF();
+  auto plain = make(config(false, 1));
+  ASSERT_TRUE(plain);
+  auto md = Model::load(ref_model(kTarget));
+  ASSERT_TRUE(md.has_value()) << md.status().message();
+  const int64_t d = (*md)->config().n_embd;
+  std::vector<Request> text, mixed;
+  for (auto& p : prompts(*plain)) {
+    Request r;
+    r.prompt = p;
+    r.max_tokens = 48;
+    r.sampling.temperature = 0.0f;
+    text.push_back(r);
+    // Positions 1..3 become an image of their own embeddings.
+    auto m = std::make_shared<MediaPrompt>();
+    m->ids = p;
+    m->n_embd = d;
+    m->images.push_back({1, 3, 0});
+    m->embd.resize(size_t(2 * d));
+    for (int64_t i = 1; i < 3; ++i) {
+      kernels::get_row((*md)->weights().token_embd, p[size_t(i)], m->embd.data() + (i - 1) * d);
+      m->ids[size_t(i)] = static_cast<int32_t>(-10 - i);
+    }
+    r.prompt = m->ids;
+    r.media = m;
+    mixed.push_back(r);
+  }
+  mixed[1] = text[1];  // one text request among the image ones
+  const auto want = run_all(*plain, text);
+  auto spec = make(config(true, 4));
+  ASSERT_TRUE(spec);
+  const auto got = run_all(*spec, mixed);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].finish, Finish::kLength) << got[i].error.message();
+    EXPECT_EQ(ids(got[i]), ids(want[i])) << "prompt " << i;
+    EXPECT_GT(got[i].usage.spec_drafted, 0) << "prompt " << i << " drafts";
+    EXPECT_GT(got[i].usage.spec_accepted, 0) << "prompt " << i;
+    std::printf("[ measured ] prompt %zu (%s): %lld drafted, %lld accepted\n", i,
+                mixed[i].media ? "with an image" : "text",
+                static_cast<long long>(got[i].usage.spec_drafted),
+                static_cast<long long>(got[i].usage.spec_accepted));
+  }
+  const EngineStats st = spec->stats();
+  EXPECT_EQ(st.kv_pages_used, 0);
+  EXPECT_EQ(st.draft_kv_pages_used, 0);
+}
 
 TEST(EngineDraft, SamplingDistributionUnchangedAndALiarIsCaught) {
   SUSTAIN_REQUIRE_REF();

@@ -10,6 +10,8 @@
 #include <optional>
 
 #include "engine/api.h"
+#include "engine/media_prompt.h"
+#include "kernels/ops.h"
 #include "model/model.h"
 #include "model/ref_compare.h"
 #include "spec/mtp.h"
@@ -67,7 +69,7 @@ std::vector<std::vector<float>> feed(spec::MtpProposer& p, const std::vector<int
   for (int64_t last : cuts) {
     // Tokens 0..last are known; the target computed 0..last-1.
     spec::Observed o{7, std::span<const int32_t>(tokens.data(), size_t(last + 1)), computed,
-                     last - computed, h.data() + computed * d};
+                     last - computed, h.data() + computed * d, {}};
     p.observe(std::span<const spec::Observed>(&o, 1));
     computed = last;
     int64_t pos = -1;
@@ -184,6 +186,158 @@ TEST(MtpProposer, EngineGreedyOutputIsUnchanged) {
     }
   }
   for (size_t r = 0; r < 3; ++r) EXPECT_EQ(outs[r], outs[r + 3]) << "request " << r;
+}
+
+// The block itself: fed image keys with rows equal to the lookups they
+// replace, its logits are those of the text, bit for bit; fed other rows,
+// they differ (the rows are what it reads).
+TEST(MtpProposer, AnImageRowReplacesTheTokenLookup) {
+  SUSTAIN_REQUIRE_REF();
+  Main m = open_main(ref_path("models/tiny-qwen35-f32.gguf"));
+  ASSERT_TRUE(m.model && m.cache);
+  const RefData ref = read_ref("tiny-qwen35-f32.p2_medium.kvf16.mtp");
+  const std::vector<int32_t> tokens = ref.tokens;
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = m.model->config().n_embd;
+  const int64_t n_vocab = m.model->config().n_vocab;
+  const std::vector<float> h = main_hidden(m, tokens);
+  const int64_t b = 2, e = 9;
+  auto last_logits = [&](const std::vector<int32_t>& ids, const std::vector<const float*>& rows) {
+    auto p = spec::MtpProposer::create(*m.model, spec::MtpOptions{32, 256, 64, 0.0f}, *m.pool);
+    EXPECT_TRUE(p.has_value()) << p.status().message();
+    if (!p) return std::vector<float>();
+    spec::Observed o{3, ids, 0, n - 1, h.data(), rows};
+    (*p)->observe(std::span<const spec::Observed>(&o, 1));
+    int64_t pos = -1;
+    const float* l = (*p)->next_logits(3, &pos);
+    EXPECT_EQ(pos, n - 1);
+    return l ? std::vector<float>(l, l + n_vocab) : std::vector<float>();
+  };
+  const std::vector<float> text = last_logits(tokens, {});
+  ASSERT_EQ(static_cast<int64_t>(text.size()), n_vocab);
+  std::vector<float> emb(static_cast<size_t>((e - b) * d)), other(emb.size());
+  std::vector<int32_t> ids = tokens;
+  std::vector<const float*> rows(size_t(e), nullptr), other_rows(size_t(e), nullptr);
+  for (int64_t p = b; p < e; ++p) {
+    kernels::get_row(m.model->weights().token_embd, tokens[size_t(p)], emb.data() + (p - b) * d);
+    kernels::get_row(m.model->weights().token_embd, tokens[size_t(p)] + 1,
+                     other.data() + (p - b) * d);
+    ids[size_t(p)] = static_cast<int32_t>(-1 - p);
+    rows[size_t(p)] = emb.data() + (p - b) * d;
+    other_rows[size_t(p)] = other.data() + (p - b) * d;
+  }
+  EXPECT_EQ(last_logits(ids, rows), text);
+  const std::vector<float> moved = last_logits(ids, other_rows);
+  ASSERT_EQ(moved.size(), text.size());
+  double diff = 0;
+  for (size_t i = 0; i < text.size(); ++i) diff = std::max(diff, double(std::abs(moved[i] - text[i])));
+  EXPECT_GT(diff, 1e-4) << "other rows, other logits";
+}
+
+// Images and MTP together (llama.cpp's multimodal path does not combine
+// with its MTP): an image position enters the MTP block as its image row,
+// as it entered the target. An "image" whose rows are the token embeddings
+// of the text it replaces must then give the text prompt's output and the
+// very same drafts: same count drafted, same count accepted. (Before image
+// rows reached the block, requests with images drafted nothing.)
+TEST(MtpProposer, ImagePositionsEnterTheBlockAsTheirRows) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string path = ref_path("models/tiny-qwen35-f32.gguf");
+  const RefData ref = read_ref("tiny-qwen35-f32.p2_medium.kvf16.mtp");
+  auto md = Model::load(path);
+  ASSERT_TRUE(md.has_value()) << md.status().message();
+  const int64_t d = (*md)->config().n_embd;
+  ASSERT_FALSE((*md)->weights().layers.back().nextn_embed.data)
+      << "the block must share token_embd for the rows to be its own lookups";
+  const int64_t b = 3, e = 15;  // the image's positions
+  ASSERT_GT(static_cast<int64_t>(ref.tokens.size()) - 5, e);
+
+  struct Run {
+    std::vector<std::vector<int32_t>> outs;
+    engine::EngineStats st;
+  };
+  auto run = [&](bool image) {
+    Run out;
+    engine::EngineConfig c;
+    c.model_path = path;
+    c.n_threads = 2;
+    c.n_ctx = 512;
+    c.n_parallel = 2;
+    c.spec.types = {"mtp"};
+    auto eng = engine::Engine::create(c);
+    EXPECT_TRUE(eng.has_value()) << eng.status().message();
+    if (!eng) return out;
+    std::vector<engine::Stream> streams;
+    for (int r = 0; r < 2; ++r) {
+      engine::Request q;
+      q.prompt.assign(ref.tokens.begin(), ref.tokens.end() - r * 5);
+      if (image) {
+        auto m = std::make_shared<engine::MediaPrompt>();
+        m->ids = q.prompt;
+        m->n_embd = d;
+        m->images.push_back({b, e, 0});
+        m->embd.resize(static_cast<size_t>((e - b) * d));
+        for (int64_t p = b; p < e; ++p) {
+          kernels::get_row((*md)->weights().token_embd, q.prompt[size_t(p)],
+                           m->embd.data() + (p - b) * d);
+          m->ids[size_t(p)] = static_cast<int32_t>(-1 - p);
+        }
+        q.prompt = m->ids;
+        q.media = m;
+      }
+      q.max_tokens = 32;
+      q.ignore_eos = true;
+      q.sampling.temperature = 0;
+      auto s = (*eng)->submit(q);
+      EXPECT_TRUE(s.has_value()) << s.status().message();
+      if (s) streams.push_back(std::move(*s));
+    }
+    for (auto& s : streams) {
+      engine::Event ev = s.wait();
+      EXPECT_EQ(ev.finish, engine::Finish::kLength) << ev.error.message();
+      std::vector<int32_t> ids;
+      for (const auto& t : ev.tokens) ids.push_back(t.id);
+      out.outs.push_back(ids);
+    }
+    out.st = (*eng)->stats();
+    return out;
+  };
+  const Run text = run(false), img = run(true);
+  ASSERT_EQ(img.outs.size(), 2u);
+  EXPECT_EQ(text.outs, img.outs);
+  EXPECT_GT(img.st.spec_draft_tokens, 0u) << "requests with images draft";
+  EXPECT_EQ(img.st.spec_draft_tokens, text.st.spec_draft_tokens);
+  EXPECT_EQ(img.st.spec_accepted_tokens, text.st.spec_accepted_tokens);
+  EXPECT_EQ(img.st.draft_kv_pages_used, 0);
+  std::printf("[ measured ] mtp over an image prompt: %llu drafted, %llu accepted (text: %llu, %llu)\n",
+              static_cast<unsigned long long>(img.st.spec_draft_tokens),
+              static_cast<unsigned long long>(img.st.spec_accepted_tokens),
+              static_cast<unsigned long long>(text.st.spec_draft_tokens),
+              static_cast<unsigned long long>(text.st.spec_accepted_tokens));
+}
+
+// A projector whose image tokens attend both ways (Gemma 3) cannot run on a
+// recurrent model: refused at submit, naming why.
+TEST(MtpProposer, NonCausalImagesOnARecurrentModelAreRefused) {
+  SUSTAIN_REQUIRE_REF();
+  engine::EngineConfig c;
+  c.model_path = ref_path("models/tiny-qwen35-f32.gguf");
+  c.n_threads = 1;
+  c.n_ctx = 128;
+  auto eng = engine::Engine::create(c);
+  ASSERT_TRUE(eng.has_value()) << eng.status().message();
+  auto m = std::make_shared<engine::MediaPrompt>();
+  m->ids = {1, -2, -3, 4};
+  m->n_embd = 64;
+  m->images.push_back({1, 3, 0});
+  m->embd.assign(2 * 64, 0.1f);
+  m->non_causal = true;
+  engine::Request q;
+  q.prompt = m->ids;
+  q.media = m;
+  auto s = (*eng)->submit(q);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.status().code(), Code::kUnsupported);
+  EXPECT_NE(s.status().message().find("recurrent"), std::string::npos) << s.status().message();
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // FFN whose norm the files call post_attention_norm. The MTP blocks after
 // the main ones are not part of this forward. Norm gains are used as stored
 // (llama.cpp's converter added Qwen's "+1", except for the DeltaNet norm).
+#include <algorithm>
+
 #include "model/transformer.h"
 
 namespace sustain {
@@ -49,7 +51,11 @@ Status forward_qwen35_mtp(const Model& m, TokenSpan s, const float* h_prev, kv::
   const int64_t T = s.size(), d = c.n_embd;
   const kernels::WeightView& emb = L.nextn_embed.data ? L.nextn_embed : m.weights().token_embd;
   for (int64_t i = 0; i < T; ++i) {
-    kernels::get_row(emb, s[i].id, ws.x.data() + i * d);
+    if (s[i].embd != nullptr) {
+      std::copy_n(s[i].embd, d, ws.x.data() + i * d);  // an image row, as the main model takes it
+    } else {
+      kernels::get_row(emb, s[i].id, ws.x.data() + i * d);
+    }
     float* in = ws.mtp_in.data() + i * 2 * d;
     kernels::rms_norm(ws.x.data() + i * d, L.nextn_enorm.data(), in, d, c.rms_eps);
     kernels::rms_norm(h_prev + (s.begin + i) * d, L.nextn_hnorm.data(), in + d, d, c.rms_eps);
