@@ -27,12 +27,13 @@
 #include "tools/presets.h"
 #include "tools/quant_mix.h"
 #include "vision/projector.h"
+#include "vision/shape.h"
 
 namespace sustain::cli {
 namespace {
 
 struct PlanArgs {
-  std::string model, preset, type = "Q4_K_M", mmproj;
+  std::string model, preset, type = "Q4_K_M", mmproj, vision, vision_type = "F16";
   int64_t ctx = 4096;
   int parallel = 1;
   std::string cache_type_k = "f16", cache_type_v = "f16";
@@ -97,6 +98,26 @@ Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) 
     for (const gguf::TensorInfo& t : proj.file().tensors())
       in.sidecar.push_back(bench::entry_of(t));
     in.projector_scratch_bytes = proj.encode_scratch_bytes();
+  }
+  if (!a.vision.empty()) {
+    // A projector of a known shape, as if its mmproj file were given.
+    if (!a.mmproj.empty())
+      return error(Code::kInvalidArgument,
+                   "--vision '{}' and --mmproj '{}': give the projector once (a file or a shape)",
+                   a.vision, a.mmproj);
+    const auto t = qtype_from_name(a.vision_type);
+    if (!t)
+      return error(Code::kInvalidArgument, "--vision-type '{}' is not a tensor format",
+                   a.vision_type);
+    auto shape = vision::projector_shape(a.vision, in.arch.n_embd, *t);
+    if (!shape) return error(shape.status().code(), "--vision: {}", shape.status().message());
+    for (vision::ShapeTensor& st : vision::projector_tensors(*shape))
+      in.sidecar.push_back({std::move(st.name), st.type, std::move(st.shape), st.bytes});
+    in.projector_scratch_bytes = vision::encode_scratch_bytes(*shape);
+    source += fmt::format(" + {} projector ({})", a.vision, qtype_name(*t));
+  } else if (a.vision_type != "F16") {
+    return error(Code::kInvalidArgument, "--vision-type '{}' applies to --vision only",
+                 a.vision_type);
   }
   SUSTAIN_ASSIGN_OR_RETURN(in.k_type, kv_type(a.cache_type_k, "--cache-type-k"));
   SUSTAIN_ASSIGN_OR_RETURN(in.v_type, kv_type(a.cache_type_v, "--cache-type-v"));
@@ -199,6 +220,15 @@ Runner add_plan(CLI::App& app) {
       sub->add_option("--type", a->type, "with --preset: the file type the weights would have")
           ->capture_default_str();
   sub->add_option("--mmproj", a->mmproj, "a projector GGUF loaded beside the model");
+  sub->add_option("--vision", a->vision,
+                  "a projector of a known shape instead of a file: " +
+                      vision::projector_shape_names() +
+                      " (SigLIP-So400m at 896 px, 256 image tokens, as Gemma 3 4B-27B ship it), "
+                      "projecting to the model's width");
+  sub->add_option("--vision-type", a->vision_type,
+                  "with --vision: the format of its encoder matrices (F16 as published, Q8_0, "
+                  "F32)")
+      ->capture_default_str();
   sub->add_option("-c,--ctx-size", a->ctx, "context per sequence, tokens")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));

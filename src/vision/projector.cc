@@ -7,6 +7,7 @@
 #include "kernels/ops.h"
 #include "vision/heads.h"
 #include "vision/preprocess.h"
+#include "vision/shape.h"
 #include "vision/vit.h"
 
 namespace sustain::vision {
@@ -127,24 +128,12 @@ uint64_t Projector::tensor_bytes() const {
 }
 
 uint64_t Projector::encode_scratch_bytes() const {
-  const uint64_t n = hp_.n_patches(), d = hp_.n_embd, ff = hp_.n_ff, hd = hp_.head_dim();
-  const uint64_t s = hp_.image_size, p = hp_.patch_size;
-  const uint64_t nt = static_cast<uint64_t>(n_tokens()), out = static_cast<uint64_t>(out_dim());
-  uint64_t floats = 3 * s * s      // preprocessed pixels
-                    + n * 3 * p * p  // patch columns
-                    + 2 * n * d      // residual stream and the encoder's output
-                    + 5 * n * d      // norm, q, k, v, attention output
-                    + n * ff         // FFN up
-                    + 3 * n * hd     // one head's K, Vᵀ and output
-                    + n * n          // one head's scores
-                    + 2 * nt * d     // pooled and normed
-                    + nt * out;      // the embeddings
   uint64_t mm = 0;
   for (const VitLayer& L : vit_->layers)
     for (const kernels::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.up, &L.down})
-      mm = std::max<uint64_t>(mm, kernels::matmul_scratch_bytes(w->type, w->n_in,
-                                                                 static_cast<int64_t>(n)));
-  return floats * sizeof(float) + 2 * s * s * 3 + mm;  // + the letterbox's two RGB images
+      mm = std::max<uint64_t>(
+          mm, kernels::matmul_scratch_bytes(w->type, w->n_in, static_cast<int64_t>(hp_.n_patches())));
+  return vision::encode_scratch_bytes(hp_, n_tokens(), out_dim(), mm);
 }
 
 std::vector<float> Projector::encode(const Image& img, ThreadPool& pool, const Tap& tap) const {

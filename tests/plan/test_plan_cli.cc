@@ -119,6 +119,31 @@ TEST(PlanCli, DoesNotFit) {
   EXPECT_GT(j["max_ctx"].get<int64_t>(), 0);
 }
 
+// A projector by shape (--vision): the real Gemma 3 projector, without its
+// file, counted like a sidecar file is.
+TEST(PlanCli, VisionShapeCountsAsProjector) {
+  const auto base = plan_json("--preset gemma-3-27b -c 8192");
+  const auto j = plan_json("--preset gemma-3-27b -c 8192 --vision gemma3");
+  EXPECT_EQ(j["weights"]["projector_tensors"].get<int>(), 27 * 16 + 7);
+  const uint64_t proj = j["weights"]["projector_bytes"].get<uint64_t>();
+  // 0.42 B parameters, nearly all F16 (the published mmproj-f16 is ~0.85 GB).
+  EXPECT_GT(proj, 800ull << 20);
+  EXPECT_LT(proj, 820ull << 20);
+  const uint64_t enc = j["projector_scratch_bytes"].get<uint64_t>();
+  EXPECT_GT(enc, 256ull << 20);
+  EXPECT_LT(enc, 512ull << 20);
+  EXPECT_EQ(j["total_bytes"].get<uint64_t>() - base["total_bytes"].get<uint64_t>(), proj + enc);
+  EXPECT_EQ(j["weights"]["step_bytes"], base["weights"]["step_bytes"]);
+  const auto q = plan_json("--preset gemma-3-27b -c 8192 --vision gemma3 --vision-type Q8_0");
+  EXPECT_LT(q["weights"]["projector_bytes"].get<uint64_t>(), proj * 3 / 4);
+  for (const char* bad : {"--vision siglip", "--vision-type Q8_0", "--vision gemma3 --vision-type Q4_K",
+                          "--vision gemma3 --vision-type nonsense"}) {
+    const CliResult r = run_cli(std::string("plan --preset gemma-3-27b ") + bad);
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_NE(r.err.find("--vision"), std::string::npos) << bad << ": " << r.err;
+  }
+}
+
 TEST(PlanCli, FlagErrors) {
   struct Case {
     const char* args;
