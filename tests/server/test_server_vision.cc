@@ -1,7 +1,7 @@
 // Images through the real server (`sustain serve --mmproj`): the official
 // openai npm client sends a data-URI image and gets the greedy answer
 // `sustain run --image` gives; four image requests at once (-np 4) with
-// n-gram speculation on; and each malformed image part gets a 400 naming it.
+// n-gram speculation and with a draft model; and each malformed image part gets a 400 naming it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -117,31 +117,51 @@ TEST(ServerVision, OfficialClientGetsTheAnswerOfRunWithImage) {
 }
 
 // -np 4: four image requests at once, two images, all with their answers;
-// the second round reuses the cached image pages.
-TEST(ServerVision, ConcurrentImageRequests) {
+// the second round reuses the cached image pages. With n-gram speculation,
+// and with a draft model (the model drafting for itself, reading only the
+// text around the images): requests with images draft, and the answers are
+// the greedy ones (the random-weight model, blind to the image, is rarely
+// right, which must not change them).
+class ServerVisionSpec : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ServerVisionSpec, ConcurrentImageRequests) {
   SUSTAIN_REQUIRE_REF();
   std::string why;
-  auto srv = start_vision("--spec ngram", &why);
+  const std::string spec = GetParam();
+  const bool draft = spec == "draft";
+  auto srv = start_vision(draft ? "--spec draft --draft-model " + vision_model() : "--spec ngram",
+                          &why);
   ASSERT_TRUE(srv) << why;
   const std::string solid = "data:image/png;base64," + base64(file_bytes(solid_png()));
   const std::string grad =
       "data:image/png;base64," + base64(file_bytes(ref_path("vision/images/gradient32.png")));
   std::vector<std::string> texts(4);
+  std::vector<json> usage(4);
   std::vector<std::thread> th;
   for (int i = 0; i < 4; ++i)
     th.emplace_back([&, i] {
       auto c = srv->client();
       auto res = c.Post("/v1/chat/completions", image_chat(i % 2 ? grad : solid, 4).dump(),
                         "application/json");
-      if (res && res->status == 200)
-        texts[i] = json::parse(res->body)["choices"][0]["message"]["content"];
-      else
+      if (res && res->status == 200) {
+        const json j = json::parse(res->body);
+        texts[i] = j["choices"][0]["message"]["content"];
+        usage[i] = j["usage"];
+      } else {
         texts[i] = "HTTP error " + (res ? res->body : std::string("none"));
+      }
     });
   for (auto& t : th) t.join();
   EXPECT_EQ(texts[0], texts[2]);
   EXPECT_EQ(texts[1], texts[3]);
   EXPECT_EQ(texts[0].rfind(" nok no", 0), 0u) << texts[0];
+  if (draft) {
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(usage[i].contains("speculative")) << usage[i];
+      const auto& sp = usage[i]["speculative"];
+      EXPECT_GT(sp["drafted"].get<int>(), 0) << sp;
+    }
+  }
   auto c = srv->client();
   auto res = c.Post("/v1/chat/completions", image_chat(solid, 4).dump(), "application/json");
   ASSERT_TRUE(res);
@@ -150,6 +170,8 @@ TEST(ServerVision, ConcurrentImageRequests) {
   EXPECT_EQ(j["choices"][0]["message"]["content"], texts[0]);
   EXPECT_GE(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 32);
 }
+
+INSTANTIATE_TEST_SUITE_P(Spec, ServerVisionSpec, ::testing::Values("ngram", "draft"));
 
 void expect_400(httplib::Client& c, const json& body, const std::string& needle) {
   auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
