@@ -205,6 +205,10 @@ struct EngineStats {
   // By draft position r (0 = the first drafted token): drafts that reached
   // position r, and of those, accepted.
   std::array<uint64_t, 16> spec_drafted_at{}, spec_accepted_at{};
+  // The speculation gate (spec::Config::gate): sequence-steps it kept from
+  // drafting because a draft would not pay, and the one-token probes it let
+  // through meanwhile.
+  uint64_t spec_gate_skipped = 0, spec_gate_probes = 0;
   // The draft model's own KV (spec draft): pages held now, bytes allocated.
   int32_t draft_kv_pages_used = 0;
   int64_t draft_kv_bytes = 0;

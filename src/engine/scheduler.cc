@@ -33,6 +33,10 @@ constexpr int64_t kExploreChunk = 64;
 // Steps are planned to this share of the target: the cost model predicts a
 // step's mean, and a step longer than the target is what a stream sees.
 constexpr double kTargetMargin = 0.9;
+// The speculation gate: a sequence kept from drafting tries one token after
+// this many steps; the acceptance assumed before any draft was verified.
+constexpr int32_t kGateProbeSteps = 16;
+constexpr double kGatePrior = 0.5;
 
 // --spec draft: the second GGUF, checked against the target's vocabulary,
 // with a KV pool that mirrors the target's (its pool tokens plus one
@@ -111,7 +115,7 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
     spec::Config one = c.spec;
     one.types = {t};
     one.draft_model.clear();
-    SUSTAIN_ASSIGN_OR_RETURN(auto made, spec::make_proposers(one));
+    SUSTAIN_ASSIGN_OR_RETURN(auto made, spec::make_proposers(one, e.model_->config().n_vocab));
     for (auto& p : made) s->proposers.push_back(std::move(p));
   }
   for (auto& p : s->proposers)
@@ -230,6 +234,11 @@ void Scheduler::drain_inbox() {
 
 void Scheduler::finish(Seq& s, Finish f, Status err) {
   if (prefix && f != Finish::kError) prefix->insert(s.table, s.tokens, s.n_computed);
+  // What proposers learn across requests: only whole answers, and only from
+  // requests that may speculate (an opted-out request stays invisible).
+  if ((f == Finish::kStop || f == Finish::kLength) && s.st->req.speculative &&
+      s.st->req.media == nullptr)
+    for (auto& p : proposers) p->completed(s.tokens, s.st->req.sampling);
   const auto pages_held = static_cast<int32_t>(s.table.pages.size());
   cache->release(s.table);
   forget_drafts(s);
@@ -359,8 +368,10 @@ void Scheduler::forget_drafts(const Seq& s) {
 
 int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
   const spec::Config& c = cfg().spec;
-  // k for each sequence, oldest first, as if every draft came out whole.
+  // k for each sequence, oldest first, as if every draft came out whole:
+  // the most it may draft, then what the gate finds worth verifying.
   std::vector<spec::Job> jobs;
+  std::vector<Seq*> job_seq;
   int64_t left = budget;
   for (Seq* s : decoding) {
     left -= 1;
@@ -379,9 +390,12 @@ int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
     j.sampling = &s->st->req.sampling;
     j.out = &s->draft;
     jobs.push_back(j);
+    job_seq.push_back(s);
   }
+  if (c.gate && !cfg().deterministic && !jobs.empty()) gate(decoding, jobs, job_seq);
   // The first proposer that drafts for a sequence wins; the rest see only
   // the sequences still without a draft.
+  std::erase_if(jobs, [](const spec::Job& j) { return j.k < 1; });
   for (auto& p : proposers) {
     if (jobs.empty()) break;
     p->propose_batch(jobs);
@@ -399,6 +413,52 @@ int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
     used += s->step_tokens;
   }
   return used;
+}
+
+// The gate (spec/gate.h): each job's k cut to what pays at the measured
+// price of a decode step. Until decode steps of different sizes have been
+// seen, every other step drafts in full and the rest draft nothing, so the
+// price can be learned; then a sequence the gate keeps from drafting is
+// still let through for one token every kGateProbeSteps, so that a
+// proposer that starts to match is noticed.
+void Scheduler::gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& jobs,
+                     const std::vector<Seq*>& job_seq) {
+  const spec::Config& c = cfg().spec;
+  if (!decode_cost.ready()) {
+    if (gate_explore_steps++ % 2 == 1)
+      for (spec::Job& j : jobs) j.k = 0;
+    return;
+  }
+  const spec::StepPrice price{decode_cost.per_step(), decode_cost.per_row(),
+                              decode_cost.per_attended()};
+  const double prior = acceptance_all.alpha(kGatePrior);
+  std::vector<spec::GateSeq> g;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    g.push_back({job_seq[i]->n_computed, job_seq[i]->acceptance.alpha(prior), jobs[i].k});
+  // Decoding sequences without a job still run their decode row.
+  int64_t other_rows = 0;
+  double other_attended = 0;
+  for (Seq* s : decoding)
+    if (std::find(job_seq.begin(), job_seq.end(), s) == job_seq.end()) {
+      ++other_rows;
+      other_attended += static_cast<double>(s->n_computed + 1);
+    }
+  std::vector<int> k(jobs.size());
+  spec::choose_draft_lengths(g, price, other_rows, other_attended, k);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Seq& s = *job_seq[i];
+    if (k[i] > 0) {
+      s.gate_idle_steps = 0;
+    } else if (++s.gate_idle_steps >= kGateProbeSteps) {
+      k[i] = std::min(jobs[i].k, std::max(1, c.draft_min));
+      s.gate_idle_steps = 0;
+      ++st.spec_gate_probes;
+    } else {
+      ++st.spec_gate_skipped;
+    }
+    if (k[i] > 0 && k[i] < c.draft_min) k[i] = std::min(jobs[i].k, c.draft_min);
+    jobs[i].k = k[i];
+  }
 }
 
 // The forward ran over [last, d_1..d_k] with logits rows 0..k. Row r is
@@ -427,6 +487,11 @@ void Scheduler::verify(Seq& s, const float* rows, int32_t backup) {
     ++s.n_computed;
     ++accepted;
   }
+  // Positions reached: up to and including the first rejection (none past
+  // a finish).
+  const int64_t reached = std::min<int64_t>(k, accepted + (s.done ? 0 : 1));
+  s.acceptance.update(reached, accepted);
+  acceptance_all.update(reached, accepted);
   ++s.spec_steps;
   s.spec_drafted += k;
   s.spec_accepted += accepted;
@@ -829,6 +894,8 @@ bool Scheduler::step() {
   ++st.steps;
   const double took = seconds(Clock::now() - t_step);
   if (!cfg().deterministic) cost.observe(ran, took);
+  // Decode-only steps price drafted tokens for the gate.
+  if (!cfg().deterministic && !proposers.empty() && !prefill_given) decode_cost.observe(ran, took);
   st.cost_per_step_s = cost.per_step();
   st.cost_per_row_s = cost.per_row();
   st.cost_per_attended_s = cost.per_attended();

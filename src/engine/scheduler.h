@@ -17,6 +17,7 @@
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
 #include "spec/draft_model.h"
+#include "spec/gate.h"
 #include "spec/mtp.h"
 #include "spec/proposer.h"
 
@@ -44,6 +45,11 @@ struct Seq {
   spec::Draft draft;
   std::vector<const float*> media_rows;  // a prompt with images: MediaPrompt::position_rows()
   int64_t spec_drafted = 0, spec_accepted = 0, spec_steps = 0;
+  // The speculation gate: this sequence's acceptance, and the steps since the
+  // gate last let it draft (a probe every kGateProbeSteps keeps a low
+  // estimate from never being tested again).
+  spec::AcceptanceEstimate acceptance;
+  int32_t gate_idle_steps = 0;
   int32_t preemptions = 0;
   Clock::time_point t_start, t_first_token;
   int64_t step_tokens = 0;      // tokens planned for the current step
@@ -93,6 +99,9 @@ struct Engine::Impl {
   std::vector<Seq*> prefill_order();
   // Drafts for the sequences about to decode; returns the tokens they take.
   int64_t propose(const std::vector<Seq*>& decoding, int64_t budget);
+  // Cuts each job's k to what the speculation gate finds worth verifying.
+  void gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& jobs,
+            const std::vector<Seq*>& job_seq);
   void forget_drafts(const Seq& s);
   void verify(Seq& s, const float* rows, int32_t backup);
   void finish(Seq& s, Finish f, Status err = Status::ok());
@@ -134,6 +143,12 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Seq>> running;
   uint64_t admit_counter = 0;
   StepCostModel cost;
+  // Decode-only steps (no prefill rows), which price drafted tokens for the
+  // speculation gate, and the acceptance over every sequence (the prior of
+  // a new one).
+  StepCostModel decode_cost{2};
+  spec::AcceptanceEstimate acceptance_all;
+  uint64_t gate_explore_steps = 0;
   EngineStats st;  // published to shared_stats after each step
   std::vector<std::pair<std::shared_ptr<detail::RequestState>, Event>> finished;
 };

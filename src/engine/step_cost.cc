@@ -19,13 +19,12 @@ constexpr double kInitialCovariance = 1e3;
 constexpr double kMaxCovariance = 1e6;
 // Residuals beyond this many times their running mean are clipped.
 constexpr double kClip = 4.0;
-// Steps seen, and the spread of their row counts, before predict() is trusted.
+// Steps seen before predict() is trusted (and a spread of their row counts).
 constexpr int64_t kReadySteps = 8;
-constexpr int64_t kReadyRowSpread = 16;
 
 }  // namespace
 
-StepCostModel::StepCostModel() {
+StepCostModel::StepCostModel(int64_t ready_row_spread) : ready_row_spread_(ready_row_spread) {
   for (int i = 0; i < 3; ++i) p_[i][i] = kInitialCovariance;
 }
 
@@ -88,7 +87,7 @@ double StepCostModel::predict(const StepShape& s) const {
 }
 
 bool StepCostModel::ready() const {
-  return n_ >= kReadySteps && max_rows_ - min_rows_ >= kReadyRowSpread;
+  return n_ >= kReadySteps && max_rows_ - min_rows_ >= ready_row_spread_;
 }
 
 double StepCostModel::per_step() const {

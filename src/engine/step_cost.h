@@ -34,7 +34,9 @@ struct StepShape {
 
 class StepCostModel {
  public:
-  StepCostModel();
+  // ready() once the steps seen span at least this many rows (the decode
+  // steps the speculation gate learns from differ by a few draft rows).
+  explicit StepCostModel(int64_t ready_row_spread = 16);
   // A measured step.
   void observe(const StepShape& s, double seconds);
   // Predicted seconds for a step of this shape; never negative, and never
@@ -55,6 +57,7 @@ class StepCostModel {
   double mean_abs_residual_ = 0;
   int64_t n_ = 0;
   int64_t min_rows_ = 0, max_rows_ = 0;
+  int64_t ready_row_spread_;
 };
 
 }  // namespace sustain::engine

@@ -111,6 +111,12 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
          static_cast<double>(s->spec_accepted_tokens));
   metric(out, "sustain_spec_steps_total", "counter",
          "speculative decoding: verify steps", static_cast<double>(s->spec_steps));
+  metric(out, "sustain_spec_gate_skipped_total", "counter",
+         "speculative decoding: sequence-steps the gate kept from drafting (it would not pay)",
+         static_cast<double>(s->spec_gate_skipped));
+  metric(out, "sustain_spec_gate_probes_total", "counter",
+         "speculative decoding: one-token drafts the gate let through to re-test acceptance",
+         static_cast<double>(s->spec_gate_probes));
   // Acceptance by draft position: drafts that reached position r, and of
   // those, accepted (a labelled family; positions no draft reached omitted).
   for (const auto& [name, help, v] :

@@ -4,6 +4,16 @@
 
 namespace sustain::spec {
 
+NgramProposer::NgramProposer(int ngram_max, size_t pool_bytes) : ngram_max_(ngram_max) {
+  // Unigrams are left out of the pool: one token says too little about what
+  // follows it in another request's text.
+  if (pool_bytes > 0) pool_ = std::make_unique<NgramPool>(pool_bytes, 2, std::max(2, ngram_max));
+}
+
+void NgramProposer::completed(std::span<const int32_t> tokens, const sampling::SamplerConfig&) {
+  if (pool_) pool_->insert(tokens);
+}
+
 void NgramProposer::propose(std::span<const int32_t> tokens, int k, std::vector<int32_t>& out) {
   const int64_t n_tok = static_cast<int64_t>(tokens.size());
   if (k <= 0 || n_tok < 2) return;
@@ -20,6 +30,7 @@ void NgramProposer::propose(std::span<const int32_t> tokens, int k, std::vector<
       return;
     }
   }
+  if (pool_) pool_->propose(tokens, k, out);
 }
 
 }  // namespace sustain::spec

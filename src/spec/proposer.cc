@@ -1,8 +1,19 @@
 #include "spec/proposer.h"
 
 #include "spec/ngram.h"
+#include "spec/oracle.h"
 
 namespace sustain::spec {
+namespace {
+
+Status check_type(const std::string& t) {
+  if (t == "ngram" || t == "draft" || t == "mtp") return Status::ok();
+  if (t.rfind("oracle", 0) == 0) return parse_oracle_alpha(t).status();
+  return error(Code::kInvalidArgument,
+               "--spec: unknown proposer `{}` (available: ngram, draft, mtp, oracle:ALPHA)", t);
+}
+
+}  // namespace
 
 Status validate(const Config& c) {
   if (c.draft_max < 1 || c.draft_max > 16)
@@ -13,10 +24,10 @@ Status validate(const Config& c) {
   if (c.ngram_max < 1 || c.ngram_max > 16)
     return error(Code::kInvalidArgument, "--spec-ngram-max {} is out of range (1..16)",
                  c.ngram_max);
-  for (const std::string& t : c.types)
-    if (t != "ngram" && t != "draft" && t != "mtp")
-      return error(Code::kInvalidArgument,
-                   "--spec: unknown proposer `{}` (available: ngram, draft, mtp)", t);
+  if (c.ngram_pool_mb < 0 || c.ngram_pool_mb > 4096)
+    return error(Code::kInvalidArgument, "--spec-ngram-pool-mb {} is out of range (0..4096)",
+                 c.ngram_pool_mb);
+  for (const std::string& t : c.types) SUSTAIN_TRY(check_type(t));
   if (c.uses("draft") && c.draft_model.empty())
     return error(Code::kInvalidArgument, "--spec draft needs --draft-model FILE");
   if (!c.uses("draft") && !c.draft_model.empty())
@@ -38,18 +49,22 @@ Expected<std::vector<std::string>> parse_types(const std::string& list) {
     out.push_back(std::move(t));
     i = j + 1;
   }
-  for (const std::string& t : out)
-    if (t != "ngram" && t != "draft" && t != "mtp")
-      return error(Code::kInvalidArgument,
-                   "--spec: unknown proposer `{}` (available: ngram, draft, mtp)", t);
+  for (const std::string& t : out) SUSTAIN_TRY(check_type(t));
   return out;
 }
 
-Expected<std::vector<std::unique_ptr<Proposer>>> make_proposers(const Config& c) {
+Expected<std::vector<std::unique_ptr<Proposer>>> make_proposers(const Config& c, int64_t n_vocab) {
   SUSTAIN_TRY(validate(c));
   std::vector<std::unique_ptr<Proposer>> out;
-  for (const std::string& t : c.types)
-    if (t == "ngram") out.push_back(std::make_unique<NgramProposer>(c.ngram_max));
+  for (const std::string& t : c.types) {
+    if (t == "ngram")
+      out.push_back(
+          std::make_unique<NgramProposer>(c.ngram_max, static_cast<size_t>(c.ngram_pool_mb) << 20));
+    if (t.rfind("oracle", 0) == 0) {
+      SUSTAIN_ASSIGN_OR_RETURN(const double a, parse_oracle_alpha(t));
+      out.push_back(std::make_unique<OracleProposer>(a, n_vocab));
+    }
+  }
   return out;
 }
 

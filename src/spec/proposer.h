@@ -60,7 +60,7 @@ struct Job {
   std::span<const int32_t> tokens;  // prompt + verified output; the last is not in the KV yet
   int k = 0;                        // draft at most this many (>= 1)
   const sampling::SamplerConfig* sampling = nullptr;  // the request's sampling
-  Draft* out = nullptr;             // empty on entry
+  Draft* out = nullptr;                               // empty on entry
 };
 
 class Proposer {
@@ -81,13 +81,24 @@ class Proposer {
   // hands them, after every step, what each running sequence computed.
   virtual bool wants_hidden() const { return false; }
   virtual void observe(std::span<const Observed> steps) {}
+  // A request completed (stopped or reached its length; not cancelled, not
+  // failed): its prompt and output, and how it was sampled. What proposers
+  // learn across requests (the shared n-gram pool, the oracle's first pass)
+  // comes from here.
+  virtual void completed(std::span<const int32_t> tokens, const sampling::SamplerConfig& s) {}
 };
 
 struct Config {
-  std::vector<std::string> types;  // proposers in order; the first that drafts wins
-  int draft_max = 8;               // 1..16: tokens drafted per step at most
-  int draft_min = 1;               // drafts shorter than this are not verified
-  int ngram_max = 4;               // ngram: longest suffix matched (1..16)
+  // Proposers in order; the first that drafts wins. "oracle:0.8" keeps its
+  // acceptance in the name, so every report that prints the types names it.
+  std::vector<std::string> types;
+  int draft_max = 8;       // 1..16: tokens drafted per step at most
+  int draft_min = 1;       // drafts shorter than this are not verified
+  int ngram_max = 4;       // ngram: longest suffix matched (1..16)
+  int ngram_pool_mb = 16;  // ngram: the pool all requests share (0 = none, ..4096)
+  // Each step's k per sequence chosen by measured cost and acceptance
+  // (spec/gate.h); off: every sequence drafts draft_max whenever it can.
+  bool gate = true;
   // draft: the second GGUF (same vocabulary), its KV formats, and the
   // confidence below which it stops drafting (its top token's probability
   // at temperature 1; 0 = never stops early).
@@ -96,19 +107,29 @@ struct Config {
   QType draft_v_type = QType::F16;
   float draft_p_min = 0.0f;
   bool enabled() const { return !types.empty(); }
+  // "oracle" matches "oracle:ALPHA".
   bool uses(const char* type) const {
     for (const std::string& t : types)
-      if (t == type) return true;
+      if (t == type || (t.rfind(type, 0) == 0 && t.size() > std::char_traits<char>::length(type) &&
+                        t[std::char_traits<char>::length(type)] == ':'))
+        return true;
     return false;
+  }
+  // "ngram,oracle:0.8"
+  std::string describe() const {
+    std::string out;
+    for (const std::string& t : types) out += (out.empty() ? "" : ",") + t;
+    return out;
   }
 };
 
 // kInvalidArgument naming the flag for an unknown type or a count out of range.
 Status validate(const Config& c);
 
-// The model-free proposers of `c` (ngram), in order; the engine builds the
-// model proposers (draft: spec/draft_model.h) and puts them in their place.
-Expected<std::vector<std::unique_ptr<Proposer>>> make_proposers(const Config& c);
+// The model-free proposers of `c` (ngram, oracle), in order; the engine
+// builds the model proposers (draft: spec/draft_model.h) and puts them in
+// their place. n_vocab: the target's (the oracle draws wrong tokens from it).
+Expected<std::vector<std::unique_ptr<Proposer>>> make_proposers(const Config& c, int64_t n_vocab);
 
 // "ngram,mtp" -> {"ngram", "mtp"}; a type the engine does not know is an error.
 Expected<std::vector<std::string>> parse_types(const std::string& list);

@@ -27,6 +27,9 @@ EngineConfig config(const std::string& path, bool spec, int n_parallel = 1) {
     c.spec.types = {"ngram"};
     c.spec.draft_max = 8;
   }
+  // Fixed draft lengths: these tests are about exactness under drafts, and
+  // the gate (tested below) would draft less where drafts do not pay.
+  c.spec.gate = false;
   return c;
 }
 
@@ -303,6 +306,92 @@ TEST(EngineSpec, CancellationAndPreemptionLeakNothing) {
     EXPECT_EQ(st.running, 0);
     EXPECT_EQ(st.kv_pages_used, 0);
     EXPECT_GT(st.spec_steps, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace sustain::engine
+
+namespace sustain::engine {
+namespace {
+
+// --spec oracle:ALPHA: a first greedy request is recorded; the same request
+// again is drafted its continuation, every drafted token right at α = 1 and
+// wrong at α = 0, and the tokens are the plain run's either way.
+TEST(EngineSpec, OracleDraftsTheRecordedGreedyPath) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string model = ref_model("aidreams260K-f32.gguf");
+  auto plain = make(config(model, false));
+  ASSERT_TRUE(plain);
+  Request r = greedy(repetitive(*plain, 31), 40);
+  r.sampling.temperature = 0.0f;  // the oracle records greedy answers only
+  const Out want = run(*plain, r);
+  for (const char* type : {"oracle:1", "oracle:0"}) {
+    SCOPED_TRACE(type);
+    EngineConfig c = config(model, false);
+    c.spec.types = {type};
+    c.spec.draft_max = 4;
+    auto e = make(c);
+    ASSERT_TRUE(e);
+    const Out first = run(*e, r);  // nothing recorded yet: no draft
+    EXPECT_EQ(first.usage.spec_drafted, 0);
+    const Out again = run(*e, r);
+    EXPECT_EQ(first.ids, want.ids);
+    EXPECT_EQ(again.ids, want.ids);
+    EXPECT_GT(again.usage.spec_drafted, 0);
+    if (std::string(type) == "oracle:1") {
+      EXPECT_EQ(again.usage.spec_accepted, again.usage.spec_drafted);
+      EXPECT_LE(again.usage.spec_steps, 40 / 4 + 1);
+    } else {
+      EXPECT_EQ(again.usage.spec_accepted, 0);
+    }
+    EXPECT_EQ(e->stats().kv_pages_used, 0);
+  }
+}
+
+// The gate: with a proposer that is always right it drafts long (on a model
+// this small a step is mostly fixed cost, so more rows are nearly free);
+// with one that is never right it drafts short or not at all.
+TEST(EngineSpec, GateDraftsWhenItPaysAndStopsWhenItDoesNot) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string model = ref_model("aidreams260K-f32.gguf");
+  const int n = 240;
+  for (const char* type : {"oracle:1", "oracle:0"}) {
+    SCOPED_TRACE(type);
+    EngineConfig c = config(model, false);
+    c.spec.types = {type};
+    c.spec.draft_max = 8;
+    c.spec.gate = true;
+    auto e = make(c);
+    ASSERT_TRUE(e);
+    Request r = greedy(repetitive(*e, 32), n);
+    r.sampling.temperature = 0.0f;
+    const Out first = run(*e, r);
+    const Out again = run(*e, r);
+    EXPECT_EQ(again.ids, first.ids);
+    const EngineStats st = e->stats();
+    std::printf("[ measured ] gate, %s: %lld drafted, %lld accepted in %lld verify steps; "
+                "%llu sequence-steps kept from drafting, %llu probes\n",
+                type, static_cast<long long>(again.usage.spec_drafted),
+                static_cast<long long>(again.usage.spec_accepted),
+                static_cast<long long>(again.usage.spec_steps),
+                static_cast<unsigned long long>(st.spec_gate_skipped),
+                static_cast<unsigned long long>(st.spec_gate_probes));
+    const double k_mean = again.usage.spec_steps
+                              ? double(again.usage.spec_drafted) / again.usage.spec_steps
+                              : 0.0;
+    if (std::string(type) == "oracle:1") {
+      // Most tokens come from accepted drafts, long ones.
+      EXPECT_GT(again.usage.spec_accepted, n / 2);
+      EXPECT_GT(k_mean, 4.0);
+    } else {
+      // After the first steps, short drafts only: a one-token draft at a
+      // small estimated acceptance may still pay where a row costs a small
+      // share of the step, as on a model this small; longer ones do not.
+      EXPECT_GT(st.spec_gate_skipped + st.spec_gate_probes, 0u);
+      EXPECT_LT(k_mean, 2.0);
+    }
+    EXPECT_EQ(st.kv_pages_used, 0);
   }
 }
 

@@ -95,7 +95,7 @@ TEST(ServerVision, OfficialClientGetsTheAnswerOfRunWithImage) {
   if (!std::filesystem::exists(kDir + "/node_modules/openai/package.json"))
     GTEST_SKIP() << "npm package openai is not installed (scripts/setup_npm.sh)";
   std::string why;
-  auto srv = start_vision("--spec ngram", &why);
+  auto srv = start_vision("--spec ngram --spec-gate off", &why);
   ASSERT_TRUE(srv) << why;
   const std::string log = tmp_path("openai_vision_stderr.txt");
   auto out = run("cd '" + kDir + "' && node openai_vision.mjs http://127.0.0.1:" +
@@ -129,7 +129,8 @@ TEST_P(ServerVisionSpec, ConcurrentImageRequests) {
   std::string why;
   const std::string spec = GetParam();
   const bool draft = spec == "draft";
-  auto srv = start_vision(draft ? "--spec draft --draft-model " + vision_model() : "--spec ngram",
+  auto srv = start_vision(draft ? "--spec draft --spec-gate off --draft-model " + vision_model()
+                                : "--spec ngram --spec-gate off",
                           &why);
   ASSERT_TRUE(srv) << why;
   const std::string solid = "data:image/png;base64," + base64(file_bytes(solid_png()));

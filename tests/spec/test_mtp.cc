@@ -151,6 +151,7 @@ TEST(MtpProposer, EngineGreedyOutputIsUnchanged) {
     c.n_ctx = 512;
     c.n_parallel = 3;
     if (spec) c.spec.types = {"mtp"};
+    c.spec.gate = false;  // drafts every step: the test counts them
     auto e = engine::Engine::create(c);
     ASSERT_TRUE(e.has_value()) << e.status().message();
     std::vector<engine::Stream> streams;
@@ -263,6 +264,7 @@ TEST(MtpProposer, ImagePositionsEnterTheBlockAsTheirRows) {
     c.n_ctx = 512;
     c.n_parallel = 2;
     c.spec.types = {"mtp"};
+    c.spec.gate = false;  // the same drafts for text and image: fixed k
     auto eng = engine::Engine::create(c);
     EXPECT_TRUE(eng.has_value()) << eng.status().message();
     if (!eng) return out;
