@@ -21,9 +21,13 @@ namespace {
 json spec_json(const engine::Engine& e, const engine::EngineConfig& c) {
   if (!c.spec.enabled()) return nullptr;
   const engine::EngineStats st = e.stats();
-  std::string types;
-  for (const auto& t : c.spec.types) types += (types.empty() ? "" : ",") + t;
-  return {{"type", types},
+  return {{"type", c.spec.describe()},
+          // An oracle knows the answer: its rows measure what a proposer of
+          // that acceptance would gain, not what any real proposer does.
+          {"oracle", c.spec.uses("oracle")},
+          {"gate", c.spec.gate},
+          {"gate_skipped", st.spec_gate_skipped},
+          {"gate_probes", st.spec_gate_probes},
           {"draft_max", c.spec.draft_max},
           {"drafted", st.spec_draft_tokens},
           {"accepted", st.spec_accepted_tokens},
@@ -47,7 +51,7 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     if (eq == std::string::npos)
       return error(Code::kInvalidArgument,
                    "--ablate '{}': '{}' is not key=value (keys: ctk, ctv, kv, layout, prefix, "
-                   "batch, ubatch, threads, spec, draft, draft_model, model)",
+                   "batch, ubatch, threads, spec, draft, gate, draft_model, model)",
                    spec, kv);
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     any = true;
@@ -89,6 +93,12 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
         return error(Code::kInvalidArgument, "--ablate '{}': draft={} is not in 1..16", spec, v);
       row.cfg.spec.draft_max = static_cast<int>(n);
       row.cfg.spec.draft_min = std::min(row.cfg.spec.draft_min, row.cfg.spec.draft_max);
+    } else if (k == "gate") {
+      if (v != "on" && v != "off")
+        return error(Code::kInvalidArgument,
+                     "--ablate '{}': gate must be on or off (the speculation gate), got '{}'",
+                     spec, v);
+      row.cfg.spec.gate = v == "on";
     } else if (k == "draft_model") {
       if (!std::filesystem::exists(v))
         return error(Code::kNotFound, "--ablate '{}': draft model file '{}' does not exist", spec,
@@ -102,7 +112,7 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     } else {
       return error(Code::kInvalidArgument,
                    "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
-                   "ubatch, threads, spec, draft, draft_model, model)",
+                   "ubatch, threads, spec, draft, gate, draft_model, model)",
                    spec, k);
     }
   }

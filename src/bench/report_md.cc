@@ -307,6 +307,18 @@ std::string needle_cell(const json& q) {
   return s.empty() ? "-" : s;
 }
 
+// A row's speculation: proposer (an oracle named as such), acceptance, mean
+// draft length per verify step, and whether the gate chose it.
+std::string spec_cell(const json& row) {
+  if (!row.contains("spec") || !row["spec"].is_object()) return "off";
+  const json& s = row["spec"];
+  const bool oracle = s.contains("oracle") && s["oracle"].is_boolean() && s["oracle"].get<bool>();
+  const bool gate = s.contains("gate") && s["gate"].is_boolean() && s["gate"].get<bool>();
+  return fmt::format("{}{}: {:.0f} % accepted, k mean {:.2f} ({} up to {})", str(s, "type"),
+                     oracle ? " (oracle, measurement only)" : "", 100.0 * num(s, "acceptance"),
+                     num(s, "k_mean"), gate ? "gated" : "fixed", num(s, "draft_max"));
+}
+
 void add_ablation(const json& r, std::vector<Table>& out) {
   if (!r.contains("ablation") || !r["ablation"].is_object()) return;
   const json& a = r["ablation"];
@@ -331,6 +343,7 @@ void add_ablation(const json& r, std::vector<Table>& out) {
           {}};
   for (int64_t c : ctxs) t.header.push_back(ctx_label(c) + " tok/s (Δ)");
   t.header.push_back("speed gain");
+  t.header.push_back("speculation");
   for (int64_t c : qctx) {
     t.header.push_back("KL mean (P99) @" + ctx_label(c));
     t.header.push_back("top-1 same @" + ctx_label(c));
@@ -360,6 +373,7 @@ void add_ablation(const json& r, std::vector<Table>& out) {
                                         100.0 * (num(lad[last - 1], "tok_s_p50") / b - 1.0),
                                         ctx_label(lad[last - 1]["ctx"].get<int64_t>()))
                           : "-");
+    cells.push_back(spec_cell(row));
     const json q = row.contains("quality") ? row["quality"] : json();
     for (int64_t c : qctx) {
       cells.push_back(quality_cell(q, c, false));

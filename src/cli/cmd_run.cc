@@ -95,6 +95,23 @@ int run_engine(const RunArgs& a, const spec::Config& sc, std::vector<int32_t> id
   r.sampling = a.sc;
   r.ignore_eos = a.ignore_eos;
   const size_t n_prompt = r.prompt.size();
+  if (sc.uses("oracle")) {
+    // The oracle drafts what an earlier greedy pass produced: make that
+    // pass first (its output is not printed, its time not counted).
+    if (r.media) return fail("run: --spec oracle does not take images (it records text prompts)");
+    engine::Request first = r;
+    first.sampling.temperature = 0.0f;
+    auto fs = (*e)->submit(std::move(first));
+    if (!fs) return fail(fs.status().message());
+    while (true) {
+      auto ev = fs->next();
+      if (!ev || !ev->done) continue;
+      if (ev->finish == engine::Finish::kError) return fail(ev->error.message());
+      std::fprintf(stderr, "sustain: oracle: first (greedy) pass made %lld tokens\n",
+                   static_cast<long long>(ev->usage.completion_tokens));
+      break;
+    }
+  }
   auto st = (*e)->submit(std::move(r));
   if (!st) return fail(st.status().message());
   tokenizer::StreamDecoder dec(tok);

@@ -8,8 +8,15 @@ void add_spec_flags(CLI::App* sub, SpecArgs& a) {
   sub->add_option("--spec", a.spec,
                   "speculative decoding: proposers, comma-separated, the first that drafts wins "
                   "(ngram: prompt lookup; draft: --draft-model; mtp: the model's own MTP head, one "
-                  "token a step); a server request opts out with "
-                  "\"speculative\": false");
+                  "token a step; oracle:ALPHA: for measurement only, the target's own greedy "
+                  "continuation from an earlier pass with each token wrong with probability "
+                  "1-ALPHA); a server request opts out with \"speculative\": false");
+  sub->add_option("--spec-gate", a.gate,
+                  "on: each step drafts only as many tokens per sequence as the measured step "
+                  "cost and acceptance say will pay (none at long context or under load when "
+                  "they do not); off: always --draft-max")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--draft-model,--model-draft", a.draft_model,
                   "--spec draft: a smaller GGUF with the same vocabulary (alias -md)");
   sub->add_option("--cache-type-k-draft", a.cache_type_k_draft,
@@ -32,6 +39,11 @@ void add_spec_flags(CLI::App* sub, SpecArgs& a) {
   sub->add_option("--spec-ngram-max", a.ngram_max, "ngram: longest suffix looked up")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
+  sub->add_option("--spec-ngram-pool-mb", a.ngram_pool_mb,
+                  "ngram: MiB of the n-gram pool all requests share, filled by every completed "
+                  "request (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
 }
 
 Expected<spec::Config> spec_config(const SpecArgs& a) {
@@ -42,6 +54,8 @@ Expected<spec::Config> spec_config(const SpecArgs& a) {
   c.draft_max = a.draft_max;
   c.draft_min = a.draft_min;
   c.ngram_max = a.ngram_max;
+  c.ngram_pool_mb = a.ngram_pool_mb;
+  c.gate = a.gate != "off";
   c.draft_model = a.draft_model;
   c.draft_p_min = a.draft_p_min;
   SUSTAIN_ASSIGN_OR_RETURN(c.draft_k_type, kv_type(a.cache_type_k_draft, "--cache-type-k-draft"));

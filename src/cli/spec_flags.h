@@ -16,7 +16,8 @@ struct SpecArgs {
   std::string spec;  // "ngram,draft"
   std::string draft_model;
   std::string cache_type_k_draft = "f16", cache_type_v_draft = "f16";
-  int draft_max = 8, draft_min = 1, ngram_max = 4;
+  int draft_max = 8, draft_min = 1, ngram_max = 4, ngram_pool_mb = 16;
+  std::string gate = "on";
   float draft_p_min = 0.0f;
 };
 
