@@ -16,6 +16,7 @@
 #include "bench/plan_input.h"
 #include "cli/commands.h"
 #include "cli/model_session.h"
+#include "cli/spec_flags.h"
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 #include "model/arch_config.h"
@@ -41,6 +42,7 @@ struct PlanArgs {
   int threads = 0;
   std::string devices, split = "layer", ratio, headroom = "15%", kv_budget, bandwidth, extra_bytes;
   int state_snapshots = -1;
+  SpecArgs spec;  // the same --spec flags as serve: what speculation allocates
   bool json = false;
   bool type_given = false;  // --type was on the command line
 };
@@ -75,6 +77,57 @@ Status read_preset(const std::string& name, const std::string& type, plan::PlanI
 uint64_t physical_memory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+// A KV geometry of `arch` without recurrent state, as the engine builds the
+// draft model's (Model::kv_geometry) or the MTP block's (mtp_kv_geometry).
+kv::KvGeometry pool_geometry(const ArchConfig& arch, int n_layer, QType k, QType v, int page) {
+  kv::KvGeometry g;
+  g.n_layer = n_layer;
+  g.n_head_kv = static_cast<int>(arch.n_head_kv);
+  g.head_dim_k = static_cast<int>(arch.head_dim_k);
+  g.head_dim_v = static_cast<int>(arch.head_dim_v);
+  g.k_type = k;
+  g.v_type = v;
+  g.page_tokens = page;
+  return g;
+}
+
+// --spec: what the engine allocates for speculative decoding (engine/
+// scheduler.cc: load_draft_model, the mtp options): verify rows of logits,
+// a second state slot per sequence, and the draft model's or the MTP
+// block's own KV pool, mirroring the target's.
+Status spec_input(const PlanArgs& a, int threads, plan::PlanInput& in) {
+  SUSTAIN_ASSIGN_OR_RETURN(const spec::Config c, spec_config(a.spec));
+  if (!c.enabled()) return Status::ok();
+  in.spec.on = true;
+  in.spec.draft_max = c.draft_max;
+  if (c.uses("draft")) {
+    plan::PlanInput d;
+    SUSTAIN_TRY(bench::read_plan_file(c.draft_model, d));
+    if (d.arch.is_hybrid())
+      return error(Code::kUnsupported,
+                   "--draft-model {}: a {} model keeps a recurrent state that cannot be rolled "
+                   "back after a rejected draft; use a transformer draft model",
+                   c.draft_model, arch_name(d.arch.arch));
+    for (const plan::TensorEntry& t : d.tensors) in.spec.draft_weights_bytes += t.bytes;
+    in.spec.draft_scratch_bytes =
+        plan::workspace_bytes(d.arch, in.ubatch, bench::kernel_scratch(d, in.ubatch, threads));
+    in.spec.pool_name = "draft model " + c.draft_model;
+    in.spec.pool_geometry = pool_geometry(d.arch, static_cast<int>(d.arch.n_kv_layer()),
+                                          c.draft_k_type, c.draft_v_type, in.page_tokens);
+    in.spec.pool_extra_tokens_per_sequence = c.draft_max + in.page_tokens;
+  } else if (c.uses("mtp")) {
+    if (in.arch.n_nextn == 0)
+      return error(Code::kUnsupported,
+                   "--spec mtp: the model has no MTP/NextN block ({}.nextn_predict_layers is 0)",
+                   arch_name(in.arch.arch));
+    in.spec.pool_name = "MTP block";
+    in.spec.pool_geometry = pool_geometry(in.arch, static_cast<int>(in.arch.n_nextn), QType::F16,
+                                          QType::F16, in.page_tokens);
+    in.spec.pool_extra_tokens_per_sequence = in.page_tokens;
+  }
+  return Status::ok();
 }
 
 Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) {
@@ -138,6 +191,7 @@ Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) 
   in.ubatch = std::min({a.batch, a.ubatch, a.ctx});
   const int threads = a.threads > 0 ? a.threads : default_threads();
   in.kernel_scratch_bytes = bench::kernel_scratch(in, in.ubatch, threads);
+  SUSTAIN_TRY(spec_input(a, threads, in));
   SUSTAIN_ASSIGN_OR_RETURN(in.headroom, plan::parse_percent(a.headroom, "--headroom"));
   SUSTAIN_ASSIGN_OR_RETURN(in.split, plan::parse_split(a.split, "--split"));
   if (!a.kv_budget.empty()) {
@@ -220,11 +274,11 @@ Runner add_plan(CLI::App& app) {
       sub->add_option("--type", a->type, "with --preset: the file type the weights would have")
           ->capture_default_str();
   sub->add_option("--mmproj", a->mmproj, "a projector GGUF loaded beside the model");
-  sub->add_option("--vision", a->vision,
-                  "a projector of a known shape instead of a file: " +
-                      vision::projector_shape_names() +
-                      " (SigLIP-So400m at 896 px, 256 image tokens, as Gemma 3 4B-27B ship it), "
-                      "projecting to the model's width");
+  sub->add_option(
+      "--vision", a->vision,
+      "a projector of a known shape instead of a file: " + vision::projector_shape_names() +
+          " (SigLIP-So400m at 896 px, 256 image tokens, as Gemma 3 4B-27B ship it), "
+          "projecting to the model's width");
   sub->add_option("--vision-type", a->vision_type,
                   "with --vision: the format of its encoder matrices (F16 as published, Q8_0, "
                   "F32)")
@@ -261,6 +315,7 @@ Runner add_plan(CLI::App& app) {
                   "'measure' measures this machine's");
   sub->add_option("--extra-bytes", a->extra_bytes,
                   "bytes of a further file held with the model, counted as a projector (0.9G)");
+  add_spec_flags(sub, a->spec);
   sub->add_option("--state-snapshots", a->state_snapshots,
                   "hybrid models: recurrent-state snapshots for prefix reuse (-1 = 4 x --parallel)")
       ->check(CLI::Range(-1, 1 << 20));

@@ -50,7 +50,9 @@ std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& rati
 struct Layout {
   std::vector<DeviceUse> dev;
   size_t logits_dev = 0;
-  int64_t state_snapshots = 0;  // state slots beyond one per sequence
+  int64_t state_snapshots = 0;     // state slots beyond those of the sequences
+  int64_t state_per_sequence = 1;  // 2 with speculation (the state before a verify step)
+  int64_t logits_rows = 1;         // logits rows per sequence (1 + draft_max with speculation)
 };
 
 }  // namespace
@@ -210,7 +212,8 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   // a state per sequence (split by value heads under a row split).
   const std::vector<int64_t> vb =
       row ? split_bounds(c.ssm_n_v_heads, ratios) : std::vector<int64_t>{0, c.ssm_n_v_heads};
-  const uint64_t conv_layer = c.is_hybrid() ? uint64_t{c.ssm_conv_kernel - 1} * c.ssm_conv_channels() : 0;
+  const uint64_t conv_layer =
+      c.is_hybrid() ? uint64_t{c.ssm_conv_kernel - 1} * c.ssm_conv_channels() : 0;
   const uint64_t ssm_head = uint64_t{c.ssm_head_dim} * c.ssm_head_dim;
   for (size_t d = 0; d < n_dev; ++d) {
     DeviceUse& u = L.dev[d];
@@ -318,6 +321,8 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   p.projector_scratch_bytes = in.projector_scratch_bytes;
   L.dev[0].scratch += in.projector_scratch_bytes;
   L.state_snapshots = in.state_snapshots;
+  L.state_per_sequence = in.spec.on ? 2 : 1;
+  L.logits_rows = in.spec.on ? 1 + in.spec.draft_max : 1;
   L.logits_dev = row ? 0 : last;
   p.host = in.host;
   p.host_bytes =
@@ -329,16 +334,19 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   return L;
 }
 
-uint64_t logits_bytes(const ArchConfig& c, int64_t n_seq) {
-  // One row of f32 logits per sequence that decodes in a step.
-  return static_cast<uint64_t>(std::max<int64_t>(n_seq, 1)) * c.n_vocab * sizeof(float);
+uint64_t logits_bytes(const ArchConfig& c, int64_t n_seq, int64_t rows_per_seq = 1) {
+  // One row of f32 logits per sequence that decodes in a step (and one per
+  // draft it verifies).
+  return static_cast<uint64_t>(std::max<int64_t>(n_seq, 1)) * static_cast<uint64_t>(rows_per_seq) *
+         c.n_vocab * sizeof(float);
 }
 
 // Bytes of everything but the KV pool on device d.
 u128 fixed_bytes(const Layout& L, size_t d, const ArchConfig& c, int64_t n_seq) {
   const DeviceUse& u = L.dev[d];
-  return u128(u.weights) + u.scratch + u.host + (d == L.logits_dev ? logits_bytes(c, n_seq) : 0) +
-         u128(u.state_per_sequence) * u128(n_seq + L.state_snapshots);
+  return u128(u.weights) + u.scratch + u.host + u.spec +
+         (d == L.logits_dev ? logits_bytes(c, n_seq, L.logits_rows) : 0) +
+         u128(u.state_per_sequence) * u128(n_seq * L.state_per_sequence + L.state_snapshots);
 }
 
 // The most KV pages every device can hold beside its fixed bytes with
@@ -469,7 +477,7 @@ Expected<Plan> make_plan(const PlanInput& in) {
     g.state.conv_channels = static_cast<int>(a.ssm_conv_channels());
     g.state.n_head = static_cast<int>(a.ssm_n_v_heads);
     g.state.head_dim_k = g.state.head_dim_v = static_cast<int>(a.ssm_head_dim);
-    g.state_slots = in.n_parallel + in.state_snapshots;
+    g.state_slots = in.n_parallel * (in.spec.on ? 2 : 1) + in.state_snapshots;
     p.state_bytes_per_sequence = g.state.slot_bytes();
     p.state_slots = g.state_slots;
     p.state_bytes = p.state_bytes_per_sequence * static_cast<uint64_t>(p.state_slots);
@@ -505,7 +513,23 @@ Expected<Plan> make_plan(const PlanInput& in) {
     return error(Code::kInvalidArgument, "the KV pool of {} pages of {} bytes overflows",
                  p.kv_pages, p.kv_page_bytes);
   p.kv_bytes = *kv_bytes;
-  p.logits_bytes = logits_bytes(in.arch, in.n_parallel);
+  p.logits_bytes = logits_bytes(in.arch, in.n_parallel, L.logits_rows);
+  if (in.spec.on && in.spec.pool_geometry.n_layer > 0) {
+    // The engine sizes the mirror pool from the tokens it asked of the
+    // target's (the budget's pages, or context × sequences), plus room for
+    // each sequence's draft.
+    const kv::KvGeometry& sg = in.spec.pool_geometry;
+    SUSTAIN_TRY(kv::validate(sg));
+    const int64_t target_tokens =
+        in.kv_budget_bytes > 0 ? p.kv_pages * g.page_tokens : in.n_ctx * in.n_parallel;
+    p.spec_pool = in.spec.pool_name;
+    p.spec_kv_pages =
+        sg.pool_pages(target_tokens + in.n_parallel * in.spec.pool_extra_tokens_per_sequence);
+    p.spec_kv_bytes = static_cast<uint64_t>(p.spec_kv_pages) * sg.page_bytes();
+  }
+  p.spec_weights_bytes = in.spec.draft_weights_bytes;
+  p.spec_scratch_bytes = in.spec.draft_scratch_bytes;
+  L.dev[0].spec = p.spec_kv_bytes + p.spec_weights_bytes + p.spec_scratch_bytes;
 
   p.fits = true;
   p.total_bytes = p.split ? p.host_bytes : 0;
@@ -514,7 +538,7 @@ Expected<Plan> make_plan(const PlanInput& in) {
     u.kv = static_cast<uint64_t>(p.kv_tokens) * u.kv_bytes_per_token;
     u.state = u.state_per_sequence * static_cast<uint64_t>(p.state_slots);
     u.logits = d == L.logits_dev ? p.logits_bytes : 0;
-    const u128 total = u128(u.weights) + u.kv + u.state + u.scratch + u.logits + u.host;
+    const u128 total = u128(u.weights) + u.kv + u.state + u.scratch + u.logits + u.host + u.spec;
     if (total > std::numeric_limits<uint64_t>::max())
       return error(Code::kInvalidArgument, "the bytes on {} overflow", u.name);
     u.total = static_cast<uint64_t>(total);

@@ -69,7 +69,7 @@ struct PlanInput {
   // (callers compute it: vision::Projector::encode_scratch_bytes), on the
   // first device.
   uint64_t projector_scratch_bytes = 0;
-  bool rope_freqs = false;           // the file carries Llama 3 rope_freqs.weight
+  bool rope_freqs = false;  // the file carries Llama 3 rope_freqs.weight
   QType k_type = QType::F16;
   QType v_type = QType::F16;
   int page_tokens = 32;
@@ -94,6 +94,21 @@ struct PlanInput {
   double host_bandwidth_gbps = 0.0;
   Split split = Split::kLayer;
   double headroom = 0.15;  // fraction of each device kept free
+  // Speculative decoding (--spec), as the engine allocates for it: logits
+  // for 1 + draft_max verify rows per sequence, a second recurrent-state
+  // slot per sequence on hybrid models (the state before a verify step),
+  // and the mirror KV pool of a draft model or of the MTP block (the
+  // target's pool tokens plus pool_extra_tokens_per_sequence per sequence;
+  // geometry.n_layer 0 = no pool), on the first device.
+  struct Spec {
+    bool on = false;
+    int draft_max = 0;
+    std::string pool_name;  // "draft model FILE", "MTP block"
+    kv::KvGeometry pool_geometry;
+    int64_t pool_extra_tokens_per_sequence = 0;
+    uint64_t draft_weights_bytes = 0;  // the draft model's tensors
+    uint64_t draft_scratch_bytes = 0;  // its workspace
+  } spec;
 };
 
 // Bytes on one device.
@@ -111,6 +126,7 @@ struct DeviceUse {
   uint64_t scratch = 0;  // forward workspace
   uint64_t logits = 0;
   uint64_t host = 0;  // host costs (the single-device case only)
+  uint64_t spec = 0;  // speculative decoding's draft weights, KV and workspace (first device)
   uint64_t total = 0;
   bool fits = false;
   int layer_begin = 0, layer_end = 0;  // layers held (layer split; all for row split)
@@ -143,10 +159,14 @@ struct Plan {
   uint64_t state_bytes_per_sequence = 0;
   int64_t state_slots = 0;
   uint64_t state_bytes = 0;
-  int kv_layers = 0;           // blocks that keep KV
-  uint64_t scratch_bytes = 0;  // one workspace (per device)
+  int kv_layers = 0;                     // blocks that keep KV
+  uint64_t scratch_bytes = 0;            // one workspace (per device)
   uint64_t projector_scratch_bytes = 0;  // image encoding, one image at a time (first device)
   uint64_t logits_bytes = 0;
+  // Speculative decoding's own pool and draft model (PlanInput::spec).
+  std::string spec_pool;
+  int64_t spec_kv_pages = 0;
+  uint64_t spec_kv_bytes = 0, spec_weights_bytes = 0, spec_scratch_bytes = 0;
   HostCosts host;
   uint64_t host_bytes = 0;   // sum of the host costs
   uint64_t total_bytes = 0;  // everything, every device plus host costs

@@ -72,6 +72,13 @@ nlohmann::ordered_json to_json(const PlanInput& in, const Plan& p, const std::st
   j["scratch_bytes"] = p.scratch_bytes;
   j["projector_scratch_bytes"] = p.projector_scratch_bytes;
   j["logits_bytes"] = p.logits_bytes;
+  j["spec"] = in.spec.on ? J{{"draft_max", in.spec.draft_max},
+                             {"pool", p.spec_pool},
+                             {"kv_pages", p.spec_kv_pages},
+                             {"kv_bytes", p.spec_kv_bytes},
+                             {"draft_weights_bytes", p.spec_weights_bytes},
+                             {"draft_scratch_bytes", p.spec_scratch_bytes}}
+                         : J();
   j["host"] = {{"runtime_bytes", p.host.runtime_bytes},
                {"tokenizer_bytes", p.host.tokenizer_bytes},
                {"metadata_bytes", p.host.metadata_bytes},
@@ -91,6 +98,7 @@ nlohmann::ordered_json to_json(const PlanInput& in, const Plan& p, const std::st
                     {"scratch_bytes", u.scratch},
                     {"logits_bytes", u.logits},
                     {"host_bytes", u.host},
+                    {"spec_bytes", u.spec},
                     {"total_bytes", u.total},
                     {"fits", u.fits},
                     {"layer_begin", u.layer_begin},
@@ -155,16 +163,26 @@ std::string to_text(const PlanInput& in, const Plan& p, const std::string& sourc
     line(fmt::format("  KV layers   {:>12}  (of {} blocks: the others are Gated DeltaNet or MTP)",
                      p.kv_layers, c.n_layer));
   if (p.state_slots > 0)
-    line(fmt::format("  state       {:>12}  (recurrent, {} per sequence × {} slots: {} sequences + {} "
-                     "prefix snapshots)",
-                     format_bytes(p.state_bytes), format_bytes(p.state_bytes_per_sequence),
-                     p.state_slots, in.n_parallel, in.state_snapshots));
+    line(fmt::format(
+        "  state       {:>12}  (recurrent, {} per sequence × {} slots: {} sequences + {} "
+        "prefix snapshots)",
+        format_bytes(p.state_bytes), format_bytes(p.state_bytes_per_sequence), p.state_slots,
+        in.n_parallel, in.state_snapshots));
   line(fmt::format("  workspace   {:>12}  (ubatch {} tokens{})", format_bytes(p.scratch_bytes),
                    in.ubatch, p.split ? ", on each device" : ""));
   if (p.projector_scratch_bytes)
     line(fmt::format("  image enc.  {:>12}  (the projector's buffers for one image at a time)",
                      format_bytes(p.projector_scratch_bytes)));
-  line(fmt::format("  logits      {:>12}", format_bytes(p.logits_bytes)));
+  line(fmt::format(
+      "  logits      {:>12}{}", format_bytes(p.logits_bytes),
+      in.spec.on ? fmt::format("  ({} verify rows per sequence)", 1 + in.spec.draft_max) : ""));
+  if (p.spec_weights_bytes)
+    line(fmt::format("  draft model {:>12}  (its weights; workspace {})",
+                     format_bytes(p.spec_weights_bytes), format_bytes(p.spec_scratch_bytes)));
+  if (p.spec_kv_pages)
+    line(fmt::format("  spec KV     {:>12}  ({}'s own pool: {} pages of {} B, first device)",
+                     format_bytes(p.spec_kv_bytes), p.spec_pool, p.spec_kv_pages,
+                     in.spec.pool_geometry.page_bytes()));
   line(fmt::format("  host        {:>12}  (runtime, tokenizer, file header, norms)",
                    format_bytes(p.host_bytes)));
   line(fmt::format("  total       {:>12}  ({} bytes)", format_bytes(p.total_bytes), p.total_bytes));
@@ -175,13 +193,13 @@ std::string to_text(const PlanInput& in, const Plan& p, const std::string& sourc
                      "size", "usable", "weights", "KV", "state", "workspace", "total", "fits",
                      in.split == Split::kRow ? "KV heads" : "layers"));
     for (const DeviceUse& u : p.devices)
-      line(fmt::format(
-          "  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", u.name,
-          format_bytes(u.capacity), format_bytes(u.usable), format_bytes(u.weights),
-          format_bytes(u.kv), format_bytes(u.state), format_bytes(u.scratch), format_bytes(u.total),
-          u.fits ? "yes" : "NO",
-          in.split == Split::kRow ? fmt::format("{}", u.kv_heads)
-                                  : fmt::format("{}-{}", u.layer_begin, u.layer_end - 1)));
+      line(fmt::format("  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", u.name,
+                       format_bytes(u.capacity), format_bytes(u.usable), format_bytes(u.weights),
+                       format_bytes(u.kv), format_bytes(u.state), format_bytes(u.scratch),
+                       format_bytes(u.total), u.fits ? "yes" : "NO",
+                       in.split == Split::kRow
+                           ? fmt::format("{}", u.kv_heads)
+                           : fmt::format("{}-{}", u.layer_begin, u.layer_end - 1)));
   }
   if (!p.speed.empty()) {
     std::string bw;

@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/api.h"
 #include "engine/media_prompt.h"
@@ -19,7 +22,9 @@
 namespace sustain::engine {
 namespace {
 
-std::string ref_model(const char* name) { return test::ref_path(std::string("models/") + name); }
+std::string ref_model(const char* name) {
+  return test::ref_path(std::string("models/") + name);
+}
 
 const char* kTarget = "aidreams260K-f32.gguf";
 const char* kDraft = "aidreams260K-Q4_K_M.gguf";
@@ -103,12 +108,12 @@ TEST(EngineDraft, GreedyTextUnchangedAndDraftsAccepted) {
       accepted += got[i].usage.spec_accepted;
     }
     const EngineStats st = spec->stats();
-    std::printf("[ measured ] draft %s for %s, -np %d: %lld drafted, %lld accepted (%.0f%%), "
-                "%llu verify steps; draft KV %lld bytes\n",
-                kDraft, kTarget, np, static_cast<long long>(drafted),
-                static_cast<long long>(accepted), drafted ? 100.0 * accepted / drafted : 0.0,
-                static_cast<unsigned long long>(st.spec_steps),
-                static_cast<long long>(st.draft_kv_bytes));
+    std::printf(
+        "[ measured ] draft %s for %s, -np %d: %lld drafted, %lld accepted (%.0f%%), "
+        "%llu verify steps; draft KV %lld bytes\n",
+        kDraft, kTarget, np, static_cast<long long>(drafted), static_cast<long long>(accepted),
+        drafted ? 100.0 * accepted / drafted : 0.0, static_cast<unsigned long long>(st.spec_steps),
+        static_cast<long long>(st.draft_kv_bytes));
     // A Q4_K_M copy of the same model agrees with it nearly always.
     EXPECT_GT(accepted, drafted / 2);
     EXPECT_GT(st.draft_kv_bytes, 0);
@@ -286,7 +291,8 @@ TEST(EngineDraft, SamplingDistributionUnchangedAndALiarIsCaught) {
   auto inner = spec::DraftModelProposer::create(std::move(*model), o, pool);
   ASSERT_TRUE(inner.has_value()) << inner.status().message();
   EngineConfig c = config(false, 8);
-  c.extra_proposer = std::make_shared<GreedyLiar>(std::shared_ptr<spec::Proposer>(std::move(*inner)));
+  c.extra_proposer =
+      std::make_shared<GreedyLiar>(std::shared_ptr<spec::Proposer>(std::move(*inner)));
   auto liar = make(c);
   ASSERT_TRUE(liar);
   const auto l = outcomes(*liar, prompt, n, 90000);
@@ -355,6 +361,81 @@ TEST(EngineDraft, CancellationAndPreemptionLeakNothing) {
   EXPECT_EQ(st.draft_kv_pages_used, 0);
   EXPECT_GT(st.spec_steps, 0u);
   EXPECT_GT(st.preemptions, 0u);
+}
+
+}  // namespace
+}  // namespace sustain::engine
+
+namespace sustain::engine {
+namespace {
+
+// `sustain plan` with the serve flags for speculation counts the draft
+// model's (or the MTP block's) KV pool exactly as the engine allocates it.
+TEST(PlanSpec, TheSpeculationPoolEqualsWhatTheEngineAllocates) {
+  SUSTAIN_REQUIRE_REF();
+  struct Case {
+    std::string target, args;
+    std::vector<std::string> types;
+    std::string draft;
+    int draft_max, n_parallel;
+    int64_t n_ctx;
+  };
+  const std::vector<Case> cases = {
+      {ref_model(kTarget),
+       "--spec draft -md " + ref_model(kDraft) + " --draft-max 8 -ctkd fp8",
+       {"draft"},
+       ref_model(kDraft),
+       8,
+       3,
+       512},
+      {ref_model(kTarget),
+       "--spec draft -md " + ref_model(kDraft) + " --draft-max 16",
+       {"draft"},
+       ref_model(kDraft),
+       16,
+       1,
+       300},
+      {ref_model("tiny-qwen35-f32.gguf"), "--spec mtp", {"mtp"}, "", 8, 2, 256},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.args);
+    EngineConfig c;
+    c.model_path = k.target;
+    c.n_threads = 1;
+    c.n_ctx = k.n_ctx;
+    c.n_parallel = k.n_parallel;
+    c.spec.types = k.types;
+    c.spec.draft_model = k.draft;
+    c.spec.draft_max = k.draft_max;
+    if (k.args.find("fp8") != std::string::npos) c.spec.draft_k_type = QType::FP8_E4M3;
+    auto e = make(c);
+    ASSERT_TRUE(e);
+    // Stats are published by the engine's loop: run one short request.
+    Request r;
+    r.prompt = {1, 5, 9};
+    r.max_tokens = 2;
+    auto s = e->submit(r);
+    ASSERT_TRUE(s.has_value());
+    s->wait();
+    const EngineStats st = e->stats();
+    const std::string cmd = std::string(SUSTAIN_BINARY) + " plan --json -m " + k.target + " -c " +
+                            std::to_string(k.n_ctx) + " --parallel " +
+                            std::to_string(k.n_parallel) + " " + k.args;
+    FILE* f = popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+    ASSERT_EQ(pclose(f), 0) << cmd;
+    const auto j = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << out;
+    ASSERT_TRUE(j["spec"].is_object()) << out;
+    EXPECT_EQ(j["spec"]["kv_bytes"].get<int64_t>(), st.draft_kv_bytes);
+    EXPECT_GT(st.draft_kv_bytes, 0);
+    EXPECT_EQ(j["logits_bytes"].get<int64_t>(),
+              int64_t{k.n_parallel} * (1 + k.draft_max) * e->model().config().n_vocab * 4);
+    if (k.types[0] == "draft") EXPECT_GT(j["spec"]["draft_weights_bytes"].get<int64_t>(), 0);
+  }
 }
 
 }  // namespace
