@@ -318,8 +318,11 @@ Runner add_bench(CLI::App& app) {
       "--ablate", a->ablate,
       "ablation row switching one thing on top of the row above, key=value[,...] "
       "with keys ctk, ctv, kv, layout (tiled|rows), prefix, batch, ubatch, threads, model, "
-      "spec (off|ngram|draft), draft (tokens drafted at most, 1..16), draft_model (a GGUF for "
-      "spec=draft) (repeatable)");
+      "spec (off|ngram|draft|mtp|oracle:ALPHA; an oracle is for measurement only: it drafts "
+      "the greedy continuation the rung's first run made, each token wrong with probability "
+      "1-ALPHA), draft (tokens drafted at most, 1..16), gate (on|off: the speculation gate "
+      "chooses each step's draft length, or every step drafts --draft), draft_model (a GGUF "
+      "for spec=draft) (repeatable)");
   sub->add_option("--ablate-file", a->ablate_file, "ablation rows, one per line (# comments)");
   sub->add_option("--budget", a->budget,
                   "seconds the context ladder may take; later rungs projected past it are "
