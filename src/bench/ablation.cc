@@ -8,7 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "bench/load.h"
 #include "bench/roofline.h"
+#include "bench/stats.h"
 #include "tensor/kv_names.h"
 
 namespace sustain::bench {
@@ -39,6 +41,43 @@ json spec_json(const engine::Engine& e, const engine::EngineConfig& c) {
                                    : 0.0}};
 }
 
+// The P50 / P99 of mask times and how many there were: null when none.
+json mask_json(const std::vector<float>& us, int64_t tokens) {
+  if (us.empty()) return nullptr;
+  const Summary m = summarize(std::vector<double>(us.begin(), us.end()));
+  return {{"mask_us_p50", m.p50},
+          {"mask_us_p99", m.p99},
+          {"mask_us_mean", m.mean},
+          {"masks", m.n},
+          {"tokens", tokens}};
+}
+
+// Fixed concurrency levels on the row's engine (the grammar's cost with
+// batching): per-request decode tok/s P50 and aggregate tok/s; the tokens
+// generated go to *tokens.
+Expected<json> concurrency_cells(engine::Engine& e, const AblationInput& in,
+                                 const std::shared_ptr<const sampling::ConstraintFactory>& c,
+                                 int32_t n_tokens, uint64_t seed, int64_t* tokens) {
+  EngineTarget target(e, in.conc_prompt, n_tokens, seed, c);
+  LoadOptions lo;
+  lo.concurrency.assign(in.concurrency.begin(), in.concurrency.end());
+  lo.requests_per_client = in.conc_requests;
+  lo.poisson_fractions.clear();
+  lo.seed = seed;
+  SUSTAIN_ASSIGN_OR_RETURN(std::vector<LoadLevel> levels, run_load(target, lo));
+  json cells = json::array();
+  for (const LoadLevel& l : levels) {
+    if (l.mode != "fixed") continue;
+    if (!l.error.empty()) return error(Code::kInternal, "a request failed: {}", l.error);
+    *tokens += l.metrics.output_tokens;
+    cells.push_back({{"concurrency", l.concurrency},
+                     {"stream_tok_s_p50", l.metrics.stream_tok_s.p50},
+                     {"aggregate_tok_s", l.metrics.aggregate_tok_s},
+                     {"delta_pct", nullptr}});
+  }
+  return cells;
+}
+
 }  // namespace
 
 Status apply_switch(const std::string& spec, AblationRow& row) {
@@ -51,7 +90,7 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     if (eq == std::string::npos)
       return error(Code::kInvalidArgument,
                    "--ablate '{}': '{}' is not key=value (keys: ctk, ctv, kv, layout, prefix, "
-                   "batch, ubatch, threads, spec, draft, gate, draft_model, model)",
+                   "batch, ubatch, threads, spec, draft, gate, draft_model, model, grammar)",
                    spec, kv);
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     any = true;
@@ -104,6 +143,19 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
         return error(Code::kNotFound, "--ablate '{}': draft model file '{}' does not exist", spec,
                      v);
       row.cfg.spec.draft_model = v;
+    } else if (k == "grammar") {
+      if (v == "off") {
+        row.grammar.clear();
+      } else if (v == "json") {
+        row.grammar = v;
+      } else if (!std::filesystem::is_regular_file(v)) {
+        return error(Code::kNotFound,
+                     "--ablate '{}': grammar must be off, json or a JSON schema file; '{}' is not "
+                     "a file",
+                     spec, v);
+      } else {
+        row.grammar = v;
+      }
     } else if (k == "model") {
       if (!std::filesystem::exists(v))
         return error(Code::kNotFound, "--ablate '{}': model file '{}' does not exist", spec, v);
@@ -112,7 +164,7 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     } else {
       return error(Code::kInvalidArgument,
                    "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
-                   "ubatch, threads, spec, draft, gate, draft_model, model)",
+                   "ubatch, threads, spec, draft, gate, draft_model, model, grammar)",
                    spec, k);
     }
   }
@@ -141,6 +193,9 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
     row.name = s;
     plan.push_back({s, row});
   }
+  bool any_grammar = false;
+  for (const auto& p : plan) any_grammar |= !p.second.grammar.empty();
+  json prev_conc;
   for (size_t i = 0; i < plan.size(); ++i) {
     const AblationRow& r = plan[i].second;
     // The blank line first: the bar of the phase before may be unfinished.
@@ -152,6 +207,21 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
     }
     LadderOptions ao = in.ladder;
     ao.budget_s = 0;
+    BenchConstraint bc;
+    if (!r.grammar.empty()) {
+      if (!in.make_constraint) {
+        prog.done();
+        return error(Code::kInvalidArgument, "ablation row '{}': grammars are not available here",
+                     r.name);
+      }
+      auto made = in.make_constraint(r.grammar, **re);
+      if (!made) {
+        prog.done();
+        return made.status().with_context(fmt::format("ablation row '{}'", r.name));
+      }
+      bc = std::move(*made);
+      ao.constraint = bc.factory;
+    }
     auto lad = run_context_ladder(**re, ao);
     if (!lad) {
       prog.done();
@@ -174,6 +244,35 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
       }
       cells.push_back(c);
     }
+    int64_t ladder_tokens = 0;
+    // Generated under the constraint: each rung's fill and timed repetitions.
+    for (const auto& rung : lad->rungs)
+      ladder_tokens +=
+          static_cast<int64_t>(rung.n_tokens) * static_cast<int64_t>(1 + rung.rep_tok_s.size());
+    json grammar = nullptr;
+    if (bc.factory) {
+      grammar = {{"spec", r.grammar},
+                 {"ladder", mask_json(bc.take_mask_times_us(), ladder_tokens)}};
+    }
+    json conc = nullptr;
+    if (any_grammar && !in.concurrency.empty()) {
+      int64_t conc_tokens = 0;
+      auto cc = concurrency_cells(**re, in, bc.factory, ao.n_tokens, ao.seed + 2, &conc_tokens);
+      if (!cc) {
+        prog.done();
+        return cc.status().with_context(fmt::format("ablation row '{}'", r.name));
+      }
+      conc = std::move(*cc);
+      if (!prev_conc.is_null())
+        for (size_t k = 0; k < conc.size() && k < prev_conc.size(); ++k) {
+          const double p = prev_conc[k]["aggregate_tok_s"].get<double>();
+          if (p > 0)
+            conc[k]["delta_pct"] = 100.0 * (conc[k]["aggregate_tok_s"].get<double>() - p) / p;
+        }
+      // The warm-up request is not counted in the levels' tokens.
+      if (bc.factory) grammar["concurrency"] = mask_json(bc.take_mask_times_us(), conc_tokens);
+      prev_conc = conc;
+    }
     rows.push_back({{"name", i == 0 ? "baseline" : r.name},
                     {"switch", i == 0 ? "-" : plan[i].first},
                     {"model", model_conditions(**re)},
@@ -181,6 +280,8 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
                     {"engine", engine_conditions(r.cfg)},
                     {"ladder", cells},
                     {"spec", spec_json(**re, r.cfg)},
+                    {"grammar", grammar},
+                    {"concurrency", conc},
                     {"quality", nullptr}});
     prev = cells;
   }
@@ -220,7 +321,9 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
       {"rows", rows},
       {"method",
        "each row applies its switch on top of the row above; delta_pct = change of "
-       "decode tok/s P50 vs the row above at the same context"},
+       "decode tok/s P50 vs the row above at the same context (concurrency cells: of "
+       "aggregate tok/s at the same concurrency); grammar rows constrain every generated "
+       "token, mask_us = time to get each token's mask (cache hits included)"},
       {"quality", quality_summary},
       {"quality_note", quality_note}};
   return Status::ok();

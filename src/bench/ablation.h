@@ -5,6 +5,8 @@
 // against row 0 (ablation_quality.h).
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,12 +26,25 @@ struct AblationRow {
   std::string name;
   std::string model;  // "" = the row above's
   engine::EngineConfig cfg;
+  // Constrained decoding: "" none, "json" any JSON object, else a JSON
+  // schema file; every generated token of the row is constrained.
+  std::string grammar;
 };
+
+// A constraint for a row's engine, and the per-token mask times (µs) it
+// recorded since the last call. Made by the caller (the CLI), so bench/
+// needs nothing of how grammars are compiled.
+struct BenchConstraint {
+  std::shared_ptr<const sampling::ConstraintFactory> factory;
+  std::function<std::vector<float>()> take_mask_times_us;
+};
+using MakeConstraint =
+    std::function<Expected<BenchConstraint>(const std::string& grammar, engine::Engine& e)>;
 
 // Applies `spec` ("kv=q8_0", "batch=256,threads=4": keys ctk, ctv, kv,
 // layout, prefix, batch, ubatch, threads, spec (off, ngram, draft), draft
-// (--draft-max), draft_model, model) to `row`; errors name the
-// spec (as --ablate) and what is wrong with it.
+// (--draft-max), draft_model, model, grammar (off, json, FILE)) to `row`;
+// errors name the spec (as --ablate) and what is wrong with it.
 Status apply_switch(const std::string& spec, AblationRow& row);
 
 // Applies every spec to a scratch row: checked before anything runs, as a
@@ -42,6 +57,14 @@ struct AblationInput {
   LadderOptions ladder;            // its options, ctx = the contexts it measured
   const BandwidthResult* bw = nullptr;
   const QualityOptions* quality = nullptr;  // null: quality not measured (--quality off)
+  // Compiles a row's grammar (needed when a row has one).
+  MakeConstraint make_constraint;
+  // When a row has a grammar, every row also runs these fixed concurrency
+  // levels (prompts of conc_prompt tokens, conc_requests per client), so the
+  // constraint's cost shows with batching too.
+  std::vector<int64_t> concurrency;
+  int64_t conc_prompt = 256;
+  int conc_requests = 2;
 };
 
 // Runs every row (each its own engine) and sets report["ablation"]; the

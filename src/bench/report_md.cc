@@ -319,6 +319,56 @@ std::string spec_cell(const json& row) {
                      num(s, "k_mean"), gate ? "gated" : "fixed", num(s, "draft_max"));
 }
 
+// Rows with a grammar (or the concurrency levels grammar rows add): decode
+// speed at each concurrency and the mask time per constrained token.
+void add_ablation_grammar(const json& a, std::vector<Table>& out) {
+  bool any = false;
+  for (const auto& row : a["rows"])
+    any |= (row.contains("concurrency") && row["concurrency"].is_array()) ||
+           (row.contains("grammar") && row["grammar"].is_object());
+  if (!any) return;
+  Table t{"Ablation: constrained decoding",
+          "per concurrency N: per-request decode tok/s P50 / aggregate tok/s (Δ aggregate vs "
+          "the row above); mask = time to get one constrained token's mask, P50 / P99 in µs "
+          "(cache hits included), in the context ladder and in the concurrency levels",
+          {"row"},
+          {}};
+  const json* levels = nullptr;
+  for (const auto& row : a["rows"])
+    if (row.contains("concurrency") && row["concurrency"].is_array()) levels = &row["concurrency"];
+  if (levels != nullptr)
+    for (const auto& l : *levels)
+      t.header.push_back(fmt::format("N={} tok/s", l["concurrency"].get<int64_t>()));
+  t.header.push_back("mask P50 / P99 (ladder)");
+  t.header.push_back("mask P50 / P99 (concurrency)");
+  auto mask = [](const json& g, const char* k) -> std::string {
+    if (!g.is_object() || !g.contains(k) || !g[k].is_object()) return "-";
+    return fmt::format("{:.1f} / {:.1f}", num(g[k], "mask_us_p50"), num(g[k], "mask_us_p99"));
+  };
+  for (const auto& row : a["rows"]) {
+    std::vector<std::string> cells = {str(row, "name")};
+    const size_t n = levels ? levels->size() : 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!row.contains("concurrency") || !row["concurrency"].is_array() ||
+          i >= row["concurrency"].size()) {
+        cells.push_back("-");
+        continue;
+      }
+      const json& c = row["concurrency"][i];
+      std::string cell =
+          fmt::format("{} / {}", f1(num(c, "stream_tok_s_p50")), f1(num(c, "aggregate_tok_s")));
+      if (c.contains("delta_pct") && c["delta_pct"].is_number())
+        cell += fmt::format(" ({:+.1f} %)", c["delta_pct"].get<double>());
+      cells.push_back(cell);
+    }
+    const json g = row.contains("grammar") ? row["grammar"] : json();
+    cells.push_back(mask(g, "ladder"));
+    cells.push_back(mask(g, "concurrency"));
+    t.rows.push_back(cells);
+  }
+  out.push_back(std::move(t));
+}
+
 void add_ablation(const json& r, std::vector<Table>& out) {
   if (!r.contains("ablation") || !r["ablation"].is_object()) return;
   const json& a = r["ablation"];
@@ -419,6 +469,8 @@ std::vector<Table> report_tables(const json& r) {
   add_vision(r, out);
   add_concurrency(r, out);
   add_ablation(r, out);
+  if (r.contains("ablation") && r["ablation"].is_object() && r["ablation"].contains("rows"))
+    add_ablation_grammar(r["ablation"], out);
   add_machine(r, out);
   add_conditions(r, out);
   add_metrics(r, out);

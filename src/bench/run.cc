@@ -414,6 +414,10 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
     in.ladder.ctx = measured_ctx;
     in.bw = &bw;
     in.quality = quality ? &qopt : nullptr;
+    in.make_constraint = c.make_constraint;
+    in.concurrency = conc;
+    in.conc_prompt = c.conc_prompt;
+    in.conc_requests = c.conc_requests;
     SUSTAIN_TRY(run_ablation(in, prog, obs, report));
   }
   prog.done();

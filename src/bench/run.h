@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "bench/ablation.h"
 #include "bench/bandwidth.h"
 #include "bench/observer.h"
 #include "engine/api.h"
@@ -53,6 +54,9 @@ struct BenchConfig {
   // Ablation rows, each switching one thing on top of the row above
   // (ablation.h: "kv=q8_0", "batch=256,threads=4", ...).
   std::vector<std::string> ablate;
+  // Compiles an ablation row's grammar= (set by the CLI, which may use the
+  // grammar module; bench/ may not).
+  MakeConstraint make_constraint;
   // With ablation rows: each row's quality cost against row 0 (ablation_quality.h).
   bool quality = true;
   std::vector<int64_t> quality_ctx = {8192};

@@ -33,11 +33,13 @@ struct OneRun {
 };
 
 Expected<OneRun> run_one(engine::Engine& e, std::vector<int32_t> prompt, int32_t max_tokens,
-                         BenchClock::time_point origin, bool sample_kv) {
+                         BenchClock::time_point origin, bool sample_kv,
+                         const std::shared_ptr<const sampling::ConstraintFactory>& constraint) {
   engine::Request req;
   req.prompt = std::move(prompt);
   req.max_tokens = max_tokens;
   req.sampling = bench_sampler();
+  req.sampling.constraint = constraint;
   req.ignore_eos = true;
   OneRun out;
   out.timing.prompt_tokens = static_cast<int64_t>(req.prompt.size());
@@ -265,7 +267,8 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
     r.ctx = L;
     r.n_tokens = opt.n_tokens;
     // The fill (timed) doubles as the warm-up of this rung's decode.
-    SUSTAIN_ASSIGN_OR_RETURN(OneRun fill, run_one(e, head(prompt, L), opt.n_tokens, origin, false));
+    SUSTAIN_ASSIGN_OR_RETURN(
+        OneRun fill, run_one(e, head(prompt, L), opt.n_tokens, origin, false, opt.constraint));
     r.fill_from = fill.usage.cached_prompt_tokens;
     r.fill_new_tokens = fill.usage.prompt_tokens - fill.usage.cached_prompt_tokens;
     r.fill_ttft_s = fill.timing.token_times.front() - fill.timing.t_submit;
@@ -276,8 +279,8 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
       if (opt.progress)
         opt.progress("ladder", base + step * (rep + 1) / (opt.reps + 1),
                      fmt::format("ctx {}: decode rep {}/{}", L, rep + 1, opt.reps));
-      SUSTAIN_ASSIGN_OR_RETURN(OneRun run,
-                               run_one(e, head(prompt, L), opt.n_tokens, origin, rep == 0));
+      SUSTAIN_ASSIGN_OR_RETURN(
+          OneRun run, run_one(e, head(prompt, L), opt.n_tokens, origin, rep == 0, opt.constraint));
       const auto& tt = run.timing.token_times;
       std::vector<double> gaps;
       for (size_t k = 1; k < tt.size(); ++k) gaps.push_back(tt[k] - tt[k - 1]);
@@ -321,7 +324,8 @@ Expected<std::vector<PrefillPoint>> run_prefill_points(engine::Engine& e,
                  fmt::format("{} tokens, rep {}/{}", n, rep + 1, reps));
       // Its own seed per repetition: nothing to reuse from the prefix cache.
       const uint64_t s = seed ^ (0xA24BAED4963EE407ull * (i * 131 + rep + 1));
-      SUSTAIN_ASSIGN_OR_RETURN(OneRun run, run_one(e, random_prompt(e, n, s), 1, origin, false));
+      SUSTAIN_ASSIGN_OR_RETURN(OneRun run,
+                               run_one(e, random_prompt(e, n, s), 1, origin, false, nullptr));
       p.from_ctx = run.usage.cached_prompt_tokens;
       p.new_tokens = run.usage.prompt_tokens - run.usage.cached_prompt_tokens;
       p.ttft_s.push_back(run.timing.token_times.front() - run.timing.t_submit);
@@ -334,7 +338,8 @@ Expected<std::vector<PrefillPoint>> run_prefill_points(engine::Engine& e,
 
 RequestTiming EngineTarget::run(int64_t index, BenchClock::time_point origin) {
   const uint64_t s = seed_ ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(index + 1));
-  auto r = run_one(e_, random_prompt(e_, prompt_tokens_, s), max_tokens_, origin, false);
+  auto r =
+      run_one(e_, random_prompt(e_, prompt_tokens_, s), max_tokens_, origin, false, constraint_);
   if (!r) {
     std::lock_guard<std::mutex> lk(mu_);
     last_error_ = r.status().message();

@@ -47,6 +47,9 @@ struct LadderOptions {
   // (with a note), and so are the rest.
   double budget_s = 0;
   ProgressFn progress;
+  // Every generated token under this constraint (null: none), as a
+  // grammar / JSON-schema request would be (--ablate grammar=).
+  std::shared_ptr<const sampling::ConstraintFactory> constraint;
 };
 struct LadderResult {
   std::vector<LadderRung> rungs;
@@ -65,8 +68,13 @@ Expected<std::vector<PrefillPoint>> run_prefill_points(engine::Engine& e,
 // `prompt_tokens` seeded by (seed, i), `max_tokens` greedy tokens.
 class EngineTarget : public LoadTarget {
  public:
-  EngineTarget(engine::Engine& e, int64_t prompt_tokens, int32_t max_tokens, uint64_t seed)
-      : e_(e), prompt_tokens_(prompt_tokens), max_tokens_(max_tokens), seed_(seed) {}
+  EngineTarget(engine::Engine& e, int64_t prompt_tokens, int32_t max_tokens, uint64_t seed,
+               std::shared_ptr<const sampling::ConstraintFactory> constraint = nullptr)
+      : e_(e),
+        prompt_tokens_(prompt_tokens),
+        max_tokens_(max_tokens),
+        seed_(seed),
+        constraint_(std::move(constraint)) {}
   RequestTiming run(int64_t index, BenchClock::time_point origin) override;
   std::string last_error() const override;
   // The engine's TPOT-target counters over the level (EngineStats deltas).
@@ -79,6 +87,7 @@ class EngineTarget : public LoadTarget {
   int64_t prompt_tokens_;
   int32_t max_tokens_;
   uint64_t seed_;
+  std::shared_ptr<const sampling::ConstraintFactory> constraint_;
   mutable std::mutex mu_;
   std::string last_error_;
 };

@@ -23,9 +23,13 @@
 #include "bench/results.h"
 #include "bench/run.h"
 #include "cli/commands.h"
+#include "cli/file_io.h"
 #include "cli/model_session.h"
 #include "cli/progress.h"
 #include "cli/serving_flags.h"
+#include "grammar/constraint.h"
+#include "grammar/gbnf.h"
+#include "grammar/schema.h"
 #include "tools/quant_mix.h"
 
 namespace sustain::cli {
@@ -227,10 +231,36 @@ class StderrObserver : public bench::Observer {
   };
 };
 
+// --ablate grammar=json|FILE: any JSON object, or the JSON schema in FILE,
+// as the sampler's constraint on the row's engine, recording mask times.
+Expected<bench::BenchConstraint> bench_constraint(const std::string& spec, engine::Engine& e) {
+  Expected<grammar::Grammar> g = Status(Code::kInternal, "unset");
+  if (spec == "json") {
+    g = grammar::parse_gbnf(grammar::json_object_gbnf());
+  } else {
+    SUSTAIN_ASSIGN_OR_RETURN(std::string text, read_text_file(spec, "JSON schema"));
+    auto j = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (j.is_discarded())
+      return error(Code::kInvalidArgument, "--ablate grammar={}: the file is not valid JSON", spec);
+    g = grammar::compile_json_schema(j);
+  }
+  if (!g) return g.status().with_context("--ablate grammar=" + spec);
+  auto c = std::make_shared<grammar::GrammarConstraint>(
+      std::make_shared<const grammar::Grammar>(std::move(*g)),
+      grammar::TokenVocab::from_tokenizer(e.tokenizer()));
+  SUSTAIN_TRY(c->check_startable());
+  c->record_mask_times(true);
+  bench::BenchConstraint out;
+  out.factory = c;
+  out.take_mask_times_us = [c] { return c->take_mask_times_us(); };
+  return out;
+}
+
 int run_bench(const BenchArgs& a) {
   auto c = bench_config(a);
   if (!c) return fail(c.status().message());
   c->command_line = command_line(a);
+  c->make_constraint = bench_constraint;
   StderrObserver obs;
   auto report = bench::run_bench(*c, obs);
   if (!report) return fail(report.status().message());
@@ -322,7 +352,9 @@ Runner add_bench(CLI::App& app) {
       "the greedy continuation the rung's first run made, each token wrong with probability "
       "1-ALPHA), draft (tokens drafted at most, 1..16), gate (on|off: the speculation gate "
       "chooses each step's draft length, or every step drafts --draft), draft_model (a GGUF "
-      "for spec=draft) (repeatable)");
+      "for spec=draft), grammar (off|json|a JSON schema file: every generated token "
+      "constrained; reports the mask time per token, and also runs the concurrency levels) "
+      "(repeatable)");
   sub->add_option("--ablate-file", a->ablate_file, "ablation rows, one per line (# comments)");
   sub->add_option("--budget", a->budget,
                   "seconds the context ladder may take; later rungs projected past it are "

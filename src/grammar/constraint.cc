@@ -1,16 +1,29 @@
 #include "grammar/constraint.h"
 
+#include <chrono>
+
 namespace sustain::grammar {
 namespace {
 
 class State final : public sampling::TokenConstraint {
  public:
   State(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocab> vocab,
-        std::shared_ptr<SharedMasks> shared)
-      : matcher_(std::move(g)), masker_(vocab, std::move(shared)), vocab_(std::move(vocab)) {}
+        std::shared_ptr<SharedMasks> shared, std::shared_ptr<GrammarConstraint::MaskTimes> times)
+      : matcher_(std::move(g)),
+        masker_(vocab, std::move(shared)),
+        vocab_(std::move(vocab)),
+        times_(std::move(times)) {}
 
   std::span<const uint32_t> allowed() override {
-    if (!ended_) return masker_.mask(matcher_);
+    if (!ended_) {
+      if (!times_->on.load(std::memory_order_relaxed)) return masker_.mask(matcher_);
+      const auto t0 = std::chrono::steady_clock::now();
+      const TokenMask& m = masker_.mask(matcher_);
+      const std::chrono::duration<float, std::micro> dt = std::chrono::steady_clock::now() - t0;
+      std::lock_guard<std::mutex> l(times_->mu);
+      if (times_->us.size() < GrammarConstraint::kMaxMaskTimes) times_->us.push_back(dt.count());
+      return m;
+    }
     // After the end (an end-of-generation token under ignore_eos, or a token
     // the grammar did not take): only more ends.
     if (end_only_.empty()) {
@@ -31,6 +44,7 @@ class State final : public sampling::TokenConstraint {
   Matcher matcher_;
   TokenMasker masker_;
   std::shared_ptr<const TokenVocab> vocab_;
+  std::shared_ptr<GrammarConstraint::MaskTimes> times_;
   bool ended_ = false;
   TokenMask end_only_;
 };
@@ -38,7 +52,14 @@ class State final : public sampling::TokenConstraint {
 }  // namespace
 
 std::unique_ptr<sampling::TokenConstraint> GrammarConstraint::start() const {
-  return std::make_unique<State>(grammar_, vocab_, shared_);
+  return std::make_unique<State>(grammar_, vocab_, shared_, times_);
+}
+
+std::vector<float> GrammarConstraint::take_mask_times_us() const {
+  std::lock_guard<std::mutex> l(times_->mu);
+  std::vector<float> out;
+  out.swap(times_->us);
+  return out;
 }
 
 Status GrammarConstraint::check_startable() const {

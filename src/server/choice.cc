@@ -5,8 +5,12 @@ namespace sustain::server {
 using nlohmann::json;
 
 ChoiceText::ChoiceText(const tokenizer::Tokenizer& tok, std::vector<std::string> stops,
-                       bool logprobs)
-    : tok_(&tok), dec_(tok), stop_(std::move(stops)), logprobs_(logprobs) {}
+                       bool logprobs, int32_t keep_token)
+    : tok_(&tok),
+      dec_(tok),
+      stop_(std::move(stops)),
+      logprobs_(logprobs),
+      keep_token_(keep_token) {}
 
 std::string ChoiceText::push(const engine::TokenEvent& t) {
   if (stop_.stopped()) return {};
@@ -19,6 +23,7 @@ std::string ChoiceText::push(const engine::TokenEvent& t) {
       e.top.emplace_back(tok_->token_to_piece(alt.id, false), alt.logprob);
     pending_.push_back(std::move(e));
   }
+  if (t.id == keep_token_) return stop_.push(dec_.flush() + tok_->token_to_piece(t.id, true));
   return stop_.push(dec_.push(t.id));
 }
 

@@ -24,7 +24,9 @@ struct TokenLogprobEntry {
 
 class ChoiceText {
  public:
-  ChoiceText(const tokenizer::Tokenizer& tok, std::vector<std::string> stops, bool logprobs);
+  // `keep_token`: a control token whose text is kept in the reply (-1: none).
+  ChoiceText(const tokenizer::Tokenizer& tok, std::vector<std::string> stops, bool logprobs,
+             int32_t keep_token = -1);
 
   // Consumes one generated token and returns the text now safe to send.
   // After a stop string completes, stopped() is true and the rest is ignored.
@@ -42,6 +44,7 @@ class ChoiceText {
   tokenizer::StreamDecoder dec_;
   StopMatcher stop_;
   bool logprobs_;
+  int32_t keep_token_;
   int64_t tokens_ = 0;
   std::vector<TokenLogprobEntry> pending_;
 };

@@ -15,6 +15,7 @@
 #include "server/media.h"
 #include "server/server_state.h"
 #include "server/sse.h"
+#include "server/tool_call_stream.h"
 #include "server/tool_calls.h"
 
 namespace sustain::server {
@@ -36,10 +37,12 @@ struct Job {
   // Streaming state.
   std::vector<bool> role_sent;
   // Tool calls are read from the text (kNone: no tools, or tool_choice none);
-  // streaming holds back what may be a call until the choice ends.
+  // streaming holds back what may be a call and streams calls as they come.
   ToolSyntax tools = ToolSyntax::kNone;
-  std::vector<std::string> tool_text;
-  std::vector<size_t> tool_sent;
+  // Text the reply starts with that the model did not write (Mistral's
+  // [TOOL_CALLS], put at the end of the prompt to force a call).
+  std::string reply_prefix;
+  std::vector<ToolCallStream> tool_streams;
   std::vector<int64_t> lp_offset;
   bool finished_stream = false;
   int socket = -1;  // the client's connection, polled for a disconnect
@@ -60,9 +63,8 @@ json usage_json(const Generation& g) {
             {"total_tokens", g.prompt_tokens() + g.completion_tokens()}};
   u["prompt_tokens_details"] = {{"cached_tokens", g.cached_prompt_tokens()}};
   if (g.spec_steps() > 0)
-    u["speculative"] = {{"drafted", g.spec_drafted()},
-                        {"accepted", g.spec_accepted()},
-                        {"steps", g.spec_steps()}};
+    u["speculative"] = {
+        {"drafted", g.spec_drafted()}, {"accepted", g.spec_accepted()}, {"steps", g.spec_steps()}};
   return u;
 }
 
@@ -118,26 +120,26 @@ Status attach_constraint(ServerState& s, engine::Engine& e, CompletionRequest& r
   return Status::ok();
 }
 
-std::string call_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("call_{:016x}", rng());
+json tool_calls_json(ToolSyntax syntax, const std::vector<ToolCall>& calls) {
+  json a = json::array();
+  for (const ToolCall& call : calls)
+    a.push_back({{"id", new_call_id(syntax)},
+                 {"type", "function"},
+                 {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  return a;
 }
 
-json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
-  json a = json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    json c = {{"id", call_id()},
-              {"type", "function"},
-              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (with_index) c["index"] = i;
-    a.push_back(std::move(c));
-  }
-  return a;
+// The id of the control token that starts Mistral's calls, or -1 when the
+// vocabulary has no such single control token.
+int32_t mistral_calls_token(const tokenizer::Tokenizer& tok) {
+  auto ids = tok.encode(kMistralCallsToken, false, true);
+  if (!ids || ids->size() != 1 || !tok.token_to_piece((*ids)[0], false).empty()) return -1;
+  return (*ids)[0];
 }
 
 // The forced-call grammar for tool_choice "required" or a named function,
 // and which call format to read back; a 400 when the template has none.
-Status prepare_tools(ServerState& s, Job& job) {
+Status prepare_tools(ServerState& s, const engine::Engine& e, Job& job) {
   CompletionRequest& r = job.req;
   if (r.endpoint != Endpoint::kChat || r.tools.is_null() || r.tool_choice.mode == ToolChoice::kNone)
     return Status::ok();
@@ -148,16 +150,26 @@ Status prepare_tools(ServerState& s, Job& job) {
     if (syntax == ToolSyntax::kNone)
       return Status(Code::kInvalidArgument,
                     "'tool_choice' forces a call, but this model's chat template writes tool "
-                    "calls in a format this server does not know (Hermes/Qwen <tool_call> and "
-                    "Llama 3 JSON are supported)");
+                    "calls in a format this server does not know (Hermes/Qwen <tool_call>, "
+                    "Llama 3 JSON and Mistral [TOOL_CALLS] are supported)");
     if (r.grammar)
       return Status(Code::kInvalidArgument,
                     "'tool_choice' forcing a call cannot be combined with 'response_format' or "
                     "'grammar'");
     SUSTAIN_ASSIGN_OR_RETURN(r.grammar, forced_call_grammar(syntax, r.tools, r.tool_choice));
     r.grammar_param = "tool_choice";
-    r.grammar_source =
-        fmt::format("tools:{}:{}:{}", static_cast<int>(syntax), r.tool_choice.name, r.tools.dump());
+    r.grammar_source = fmt::format("tools:{}:{}:{}:{}", static_cast<int>(syntax),
+                                   r.tool_choice.name, r.tool_choice.parallel, r.tools.dump());
+  }
+  if (syntax == ToolSyntax::kMistral) {
+    // The marker is a control token: the reply keeps its text so the calls
+    // can be found, and a forced call starts with it in the prompt.
+    r.keep_token = mistral_calls_token(e.tokenizer());
+    if (r.keep_token < 0)
+      return Status(Code::kInvalidArgument,
+                    "this model's chat template writes Mistral tool calls, but its vocabulary "
+                    "has no [TOOL_CALLS] control token");
+    if (forced) job.reply_prefix = std::string(kMistralCallsToken);
   }
   job.tools = syntax;
   return Status::ok();
@@ -167,13 +179,14 @@ json choice_json(const Job& job, int index, const std::string& text, const json&
                  const char* finish) {
   json c = {{"index", index}};
   if (job.req.endpoint == Endpoint::kChat && job.tools != ToolSyntax::kNone) {
-    const ToolReply rep = parse_tool_calls(job.tools, text);
+    const ToolReply rep =
+        read_reply(job.tools, job.reply_prefix, text, job.req.tool_choice.parallel);
     const bool calls = !rep.calls.empty();
     const size_t a = rep.content.find_first_not_of(" \t\r\n");
     c["message"] = {{"role", "assistant"},
                     {"content", calls && a == std::string::npos ? json() : json(rep.content)}};
     if (calls) {
-      c["message"]["tool_calls"] = tool_calls_json(rep.calls, false);
+      c["message"]["tool_calls"] = tool_calls_json(job.tools, rep.calls);
       if (finish != nullptr && std::string(finish) == "stop") finish = "tool_calls";
     }
   } else if (job.req.endpoint == Endpoint::kChat) {
@@ -299,25 +312,19 @@ bool stream_step(ServerState& s, Job& job, httplib::DataSink& sink) {
     const char* finish = u.finish_reason;
     json calls;
     if (chat && job.tools != ToolSyntax::kNone) {
-      // Send only what cannot be part of a call; at the end, the rest of the
-      // content and the calls.
-      std::string& acc = job.tool_text[u.index];
-      size_t& sent = job.tool_sent[u.index];
-      acc += u.text;
-      const size_t n = streamable_prefix(job.tools, acc);
-      u.text = n > sent ? acc.substr(sent, n - sent) : "";
-      sent = std::max(sent, n);
-      if (finish != nullptr) {
-        const ToolReply rep = parse_tool_calls(job.tools, acc);
-        if (rep.content.size() > sent) u.text += rep.content.substr(sent);
-        if (!rep.calls.empty()) {
-          calls = tool_calls_json(rep.calls, true);
-          if (std::string(finish) == "stop") finish = "tool_calls";
-        }
-      }
+      // Content while it cannot be part of a call; calls as they are written.
+      ToolCallStream& ts = job.tool_streams[static_cast<size_t>(u.index)];
+      ToolCallStream::Delta d = ts.push(u.text, finish != nullptr);
+      if (finish != nullptr && ts.has_calls() && std::string(finish) == "stop")
+        finish = "tool_calls";
+      u.text = std::move(d.content);
+      if (!d.calls.empty()) calls = std::move(d.calls);
     }
     if (!u.text.empty() || !u.logprobs.empty()) chunk(u.text, u.logprobs, nullptr, false);
-    if (!calls.is_null()) chunk("", {}, nullptr, false, &calls);
+    for (const json& call : calls) {
+      const json one = json::array({call});
+      chunk("", {}, nullptr, false, &one);
+    }
     if (finish != nullptr) chunk("", {}, finish, false);
   });
   if (!out.empty()) ok = write(out);
@@ -385,9 +392,18 @@ void handle_completion(ServerState& s, const httplib::Request& req, httplib::Res
     send_error(s, res, error_from_status(ids.status()));
     return;
   }
-  if (Status st = prepare_tools(s, *job); !st) {
+  if (Status st = prepare_tools(s, *e, *job); !st) {
     send_error(s, res, error_from_status(st));
     return;
+  }
+  if (!job->reply_prefix.empty()) {
+    // A forced Mistral call: the reply starts with [TOOL_CALLS].
+    ids->push_back(r.keep_token);
+    if (media) {
+      auto m = std::make_shared<engine::MediaPrompt>(*media);
+      m->ids.push_back(r.keep_token);
+      media = std::move(m);
+    }
   }
   if (Status st = attach_constraint(s, *e, r); !st) {
     ApiError err = error_from_status(st);
@@ -419,8 +435,8 @@ void handle_completion(ServerState& s, const httplib::Request& req, httplib::Res
     return;
   }
   job->role_sent.assign(r.n, false);
-  job->tool_text.assign(r.n, "");
-  job->tool_sent.assign(r.n, 0);
+  job->tool_streams.assign(r.n,
+                           ToolCallStream(job->tools, job->reply_prefix, r.tool_choice.parallel));
   job->lp_offset.assign(r.n, 0);
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");

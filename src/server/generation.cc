@@ -32,7 +32,7 @@ Status Generation::submit(const std::vector<int32_t>& prompt, int32_t max_tokens
       return s.status();
     }
     streams_.push_back(std::move(*s));
-    choices_.emplace_back(tok, req_->stop, req_->logprobs);
+    choices_.emplace_back(tok, req_->stop, req_->logprobs, req_->keep_token);
     finished_.push_back(false);
   }
   return Status::ok();

@@ -40,6 +40,9 @@ struct ToolChoice {
   enum Mode { kAuto, kNone, kRequired, kNamed };
   Mode mode = kAuto;
   std::string name;  // kNamed
+  // parallel_tool_calls (default true): false reads at most one call from a
+  // reply, and a forced call is exactly one.
+  bool parallel = true;
 };
 
 struct CompletionRequest {
@@ -85,6 +88,9 @@ struct CompletionRequest {
   // What the grammar was compiled from (kind and text), so requests with the
   // same constraint share one, with its cache of masks.
   std::string grammar_source;
+  // A control token whose text the reply keeps, so that calls marked by it
+  // can be read (Mistral's [TOOL_CALLS]); -1 for none.
+  int32_t keep_token = -1;
 
   static sampling::SamplerConfig openai_sampling_defaults() {
     sampling::SamplerConfig c;

@@ -316,6 +316,16 @@ std::vector<Preset> build_presets() {
     add(std::move(x));
   }
   {
+    // Mistral v0.3's vocabulary ([TOOL_CALLS] and the other control tokens)
+    // on a small llama: the server's Mistral tool-call tests.
+    Preset x{"tiny-mistral", "(test) a small llama with Mistral v0.3's vocabulary",
+             make_arch(L, "tiny mistral (synthetic)", 2, 128, 384, 4, 2, 32, 32768, 2048,
+                       1000000.0f, 1e-5f, true),
+             mistral_vocab()};
+    x.for_tests = true;
+    add(std::move(x));
+  }
+  {
     Preset x{"tiny-qwen3moe", "(test) the shape of tiny-qwen3moe in the reference data",
              moe(make_arch(Q3, "tiny qwen3moe (synthetic)", 3, 64, 128, 4, 2, 32, 2048, 4096,
                            1000000.0f, 1e-6f, true),

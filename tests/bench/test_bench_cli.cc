@@ -232,6 +232,61 @@ TEST(CliBench, Bandwidth) {
   EXPECT_GT(j["fma_gflops_best"].get<double>(), 0);
 }
 
+// --ablate grammar=: every generated token of the row constrained (a JSON
+// schema that cannot end within the tokens asked for), the mask time per
+// token reported, and the concurrency levels run on every row.
+TEST(CliBench, AblationGrammarMaskTimes) {
+  const std::string dir = tmp_path("bench_cli_grammar");
+  std::filesystem::remove_all(dir);
+  const std::string schema = tmp_path("bench_cli_schema.json");
+  std::ofstream(schema) << R"({"type": "object", "properties": {"items": {"type": "array",
+      "minItems": 50, "items": {"type": "object", "properties": {"n": {"type": "integer"},
+      "ok": {"type": "boolean"}}, "required": ["n", "ok"], "additionalProperties": false}}},
+      "required": ["items"], "additionalProperties": false})";
+  auto r = run_cli("bench -m " + tiny_model() +
+                   " --ctx 64 -n 8 -r 2 -t 2 --concurrency 1,2 --conc-prompt 32 --bw-mib 64 "
+                   "--bw-reps 1 --quality off --ablate grammar=json --ablate grammar=" +
+                   schema + " -o " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(slurp(dir + "/report.json"));
+  const json& rows = j["ablation"]["rows"];
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_TRUE(rows[0]["grammar"].is_null());
+  for (const auto& row : rows) {
+    ASSERT_EQ(row["concurrency"].size(), 2u) << row.dump();
+    EXPECT_GT(row["concurrency"][1]["aggregate_tok_s"].get<double>(), 0);
+  }
+  EXPECT_TRUE(rows[2]["concurrency"][0]["delta_pct"].is_number());
+  for (size_t i = 1; i < 3; ++i) {
+    const json& lad = rows[i]["grammar"]["ladder"];
+    ASSERT_TRUE(lad.is_object()) << rows[i].dump();
+    EXPECT_GT(lad["masks"].get<int64_t>(), 0);
+    EXPECT_LE(lad["masks"].get<int64_t>(), lad["tokens"].get<int64_t>());
+    EXPECT_LE(lad["mask_us_p50"].get<double>(), lad["mask_us_p99"].get<double>());
+    EXPECT_GT(rows[i]["grammar"]["concurrency"]["masks"].get<int64_t>(), 0);
+  }
+  // The schema's array cannot close within 8 tokens: every token was masked.
+  const json& lad = rows[2]["grammar"]["ladder"];
+  EXPECT_EQ(lad["masks"], lad["tokens"]) << lad.dump();
+  const std::string md = slurp(dir + "/report.md");
+  EXPECT_NE(md.find("Ablation: constrained decoding"), std::string::npos);
+  // Bad grammars are named: a missing file before anything runs, a schema
+  // keyword that is not supported when the row compiles it.
+  auto missing = run_cli("bench -m " + tiny_model() + " --ctx 64 --ablate grammar=" +
+                         tmp_path("no_such_schema.json") + " -o " + tmp_path("bench_bad"));
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("no_such_schema.json' is not a file"), std::string::npos)
+      << missing.err;
+  const std::string bad = tmp_path("bench_cli_bad_schema.json");
+  std::ofstream(bad) << R"({"type": "integer", "multipleOf": 3})";
+  auto unsupported = run_cli("bench -m " + tiny_model() +
+                             " --ctx 64 -n 4 -r 1 --no-concurrency --bw-mib 64 --bw-reps 1 "
+                             "--quality off --ablate grammar=" +
+                             bad + " -o " + tmp_path("bench_bad"));
+  EXPECT_NE(unsupported.exit_code, 0);
+  EXPECT_NE(unsupported.err.find("multipleOf"), std::string::npos) << unsupported.err;
+}
+
 TEST(CliBench, BadFlagsAreNamed) {
   struct Case {
     std::string args, want;
@@ -291,7 +346,8 @@ TEST(CliBench, ImageCost) {
   ASSERT_TRUE(j.contains("vision")) << j.dump();
   const json& v = j["vision"];
   EXPECT_EQ(v["tokens_per_image"], 16);
-  EXPECT_EQ(v["positions"], 9 + 18);  // BOS + 8 random tokens, then <start_of_image> 16 <end_of_image>
+  EXPECT_EQ(v["positions"],
+            9 + 18);  // BOS + 8 random tokens, then <start_of_image> 16 <end_of_image>
   ASSERT_EQ(v["images"].size(), 1u);
   const json& i = v["images"][0];
   EXPECT_EQ(i["encode_ms"].size(), 2u);

@@ -71,4 +71,39 @@ for await (const chunk of ts) {
   }
 }
 out.tool_stream = { finish, calls: Object.values(calls) };
+
+// Parallel calls: "required" over two tools may return several; the same
+// seed streamed (through the client's own accumulating stream helper) must
+// give the same calls, arguments put together from their pieces.
+const tools2 = [...tools, {
+  type: "function",
+  function: {
+    name: "get_time",
+    parameters: {
+      type: "object",
+      properties: { zone: { enum: ["utc", "cet"] } },
+      required: ["zone"],
+      additionalProperties: false,
+    },
+  },
+}];
+const simple = (cs) => (cs ?? []).map((c) => ({ id: c.id, name: c.function.name,
+                                                arguments: c.function.arguments }));
+out.parallel = [];
+for (const seed of [21, 22, 23, 24]) {
+  const req = { model, messages, max_tokens: 300, temperature: 1, seed, tools: tools2,
+                tool_choice: "required" };
+  const p = await client.chat.completions.create(req);
+  const st = client.chat.completions.stream(req);
+  let pieces = 0;
+  st.on("chunk", (c) => { for (const ch of c.choices) pieces += ch.delta?.tool_calls?.length ?? 0; });
+  const fin = await st.finalChatCompletion();
+  out.parallel.push({
+    finish: p.choices[0].finish_reason,
+    calls: simple(p.choices[0].message.tool_calls),
+    stream_finish: fin.choices[0].finish_reason,
+    stream_calls: simple(fin.choices[0].message.tool_calls),
+    stream_pieces: pieces,
+  });
+}
 console.log(JSON.stringify(out));

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -48,6 +48,29 @@ inline std::string server_model() {
       synth_once("server_tiny_qwen3.gguf", "--preset tiny-qwen3 --seed 3");
   return path;
 }
+
+// tiny-mistral (Mistral v0.3's vocabulary, [TOOL_CALLS] included; no chat
+// template) with random weights.
+inline std::string mistral_model() {
+  static const std::string path =
+      synth_once("server_tiny_mistral.gguf", "--preset tiny-mistral --seed 5");
+  return path;
+}
+
+// A Mistral v0.3-style chat template, written for these tests: tools before
+// the last user turn, calls as [TOOL_CALLS] and a JSON array.
+inline constexpr const char* kMistralStyleTemplate =
+    "{{- bos_token }}{%- for m in messages %}"
+    "{%- if m.role == 'user' %}"
+    "{%- if tools is defined and tools and loop.last %}[AVAILABLE_TOOLS]{{ tools|tojson }}"
+    "[/AVAILABLE_TOOLS]{%- endif %}[INST]{{ m.content }}[/INST]"
+    "{%- elif m.role == 'assistant' and m.tool_calls %}[TOOL_CALLS]["
+    "{%- for c in m.tool_calls %}{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+    "{{ c.function.arguments }}, \"id\": \"{{ c.id }}\"}{%- if not loop.last %}, {% endif %}"
+    "{%- endfor %}]{{ eos_token }}"
+    "{%- elif m.role == 'assistant' %}{{ m.content }}{{ eos_token }}"
+    "{%- elif m.role == 'tool' %}[TOOL_RESULTS]{\"content\": {{ m.content|tojson }}, "
+    "\"call_id\": \"{{ m.tool_call_id }}\"}[/TOOL_RESULTS]{%- endif %}{%- endfor %}";
 
 // Runs a shell command; its stdout, and its exit code in *code (-1 when it
 // did not exit normally). nullopt when it could not be started.
@@ -201,9 +224,9 @@ inline double metric_value(const std::string& text, const std::string& name) {
 }
 
 struct SseResult {
-  std::vector<nlohmann::json> events;  // every data: {...} event
+  std::vector<nlohmann::json> events;                        // every data: {...} event
   std::vector<std::chrono::steady_clock::time_point> times;  // when each event arrived
-  bool done = false;                   // ended with data: [DONE]
+  bool done = false;                                         // ended with data: [DONE]
   int status = 0;
 };
 

@@ -94,9 +94,23 @@ TEST(ServerNpm, StructuredOutputAndToolCalls) {
     GTEST_SKIP() << "npm package openai is not installed (scripts/setup_npm.sh)";
   const std::string llama = tmp_path("npm_llama31.jinja");
   std::ofstream(llama) << tools::kChatTemplateLlama31;
-  for (const std::string& args : {std::string("-c 2048 -np 2 --api-key k"),
-                                  "-c 2048 -np 2 --api-key k --chat-template-file " + llama}) {
-    SUSTAIN_START_SERVER(srv, args);
+  const std::string mistral = tmp_path("npm_mistral_style.jinja");
+  std::ofstream(mistral) << kMistralStyleTemplate;
+  ASSERT_NE(mistral_model(), "") << "sustain synth failed";
+  ASSERT_NE(server_model(), "") << "sustain synth failed";
+  struct Setup {
+    std::string args, model;
+    bool parallel, mistral;
+  };
+  for (const Setup& setup :
+       {Setup{"-c 4096 -np 2 --api-key k", "", true, false},
+        Setup{"-c 4096 -np 2 --api-key k --chat-template-file " + llama, "", false, false},
+        Setup{"-c 4096 -np 2 --api-key k --chat-template-file " + mistral, mistral_model(), true,
+              true}}) {
+    const std::string& args = setup.args;
+    std::string why;
+    auto srv = ServeProcess::start(args, &why, setup.model);
+    ASSERT_TRUE(srv != nullptr) << why;
     const std::string log = tmp_path("openai_structured_stderr.txt");
     auto out = run("cd '" + kDir + "' && node openai_structured.mjs http://127.0.0.1:" +
                        std::to_string(srv->port()) + "/v1 k 2>" + log,
@@ -121,6 +135,35 @@ TEST(ServerNpm, StructuredOutputAndToolCalls) {
     ASSERT_EQ(r["tool_stream"]["calls"].size(), 1u) << args;
     expect_weather_call(r["tool_stream"]["calls"][0]["name"],
                         r["tool_stream"]["calls"][0]["arguments"]);
+    size_t most = 0;
+    for (const auto& p : r["parallel"]) {
+      EXPECT_EQ(p["finish"], "tool_calls") << args;
+      EXPECT_EQ(p["stream_finish"], "tool_calls") << args;
+      ASSERT_GE(p["calls"].size(), 1u) << p.dump();
+      if (!setup.parallel) EXPECT_EQ(p["calls"].size(), 1u) << p.dump();
+      most = std::max<size_t>(most, p["calls"].size());
+      ASSERT_EQ(p["stream_calls"].size(), p["calls"].size()) << p.dump();
+      for (size_t k = 0; k < p["calls"].size(); ++k) {
+        const json& c = p["calls"][k];
+        const std::string id = c["id"];
+        EXPECT_EQ(id.size() == 9, setup.mistral) << id;
+        EXPECT_EQ(c["name"], p["stream_calls"][k]["name"]) << p.dump();
+        EXPECT_EQ(c["arguments"], p["stream_calls"][k]["arguments"]) << p.dump();
+        json a;
+        ASSERT_NO_THROW(a = json::parse(c["arguments"].get<std::string>())) << p.dump();
+        if (c["name"] == "get_weather") {
+          expect_weather_call(c["name"], c["arguments"]);
+        } else {
+          EXPECT_EQ(c["name"], "get_time");
+          EXPECT_TRUE(a.size() == 1 && (a["zone"] == "utc" || a["zone"] == "cet")) << a.dump();
+        }
+      }
+      // A call's first delta, then its arguments in pieces.
+      EXPECT_GT(p["stream_pieces"].get<size_t>(), 2 * p["calls"].size()) << p.dump();
+    }
+    if (setup.parallel) {
+      EXPECT_GE(most, 2u) << args << ": no reply held parallel calls";
+    }
   }
 }
 

@@ -164,9 +164,19 @@ const json kTools = json::parse(R"([
   {"type": "function", "function": {"name": "noop", "parameters": {"type": "object",
    "properties": {}}}}])");
 
-void expect_valid_call(const json& call) {
+// Mistral's templates take back only ids of 9 letters and digits.
+void expect_call_id(const std::string& id, bool mistral) {
+  if (!mistral) {
+    EXPECT_EQ(id.rfind("call_", 0), 0u) << id;
+    return;
+  }
+  EXPECT_EQ(id.size(), 9u) << id;
+  for (char c : id) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << id;
+}
+
+void expect_valid_call(const json& call, bool mistral = false) {
   ASSERT_EQ(call["type"], "function") << call.dump();
-  EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+  expect_call_id(call["id"].get<std::string>(), mistral);
   const std::string name = call["function"]["name"];
   json args;
   ASSERT_NO_THROW(args = json::parse(call["function"]["arguments"].get<std::string>()))
@@ -188,52 +198,123 @@ void expect_valid_call(const json& call) {
   }
 }
 
+// The calls of each choice of a streamed reply, put together from their
+// delta.tool_calls pieces the way OpenAI's clients do; checks that each call
+// is announced once (id, type, name, empty arguments) before its pieces.
+std::vector<json> streamed_calls(const SseResult& s, int n, std::vector<int>* finishes) {
+  std::vector<json> calls(static_cast<size_t>(n), json::array());
+  finishes->assign(static_cast<size_t>(n), 0);
+  for (const auto& e : s.events)
+    for (const auto& ch : e.value("choices", json::array())) {
+      const auto i = ch["index"].get<size_t>();
+      if (ch["finish_reason"] == "tool_calls") ++(*finishes)[i];
+      if (!ch["delta"].contains("tool_calls")) continue;
+      for (const auto& d : ch["delta"]["tool_calls"]) {
+        const auto k = d["index"].get<size_t>();
+        json& cs = calls[i];
+        if (k == cs.size()) {
+          EXPECT_TRUE(d.contains("id") && d["type"] == "function") << d.dump();
+          EXPECT_TRUE(d["function"]["name"].is_string()) << d.dump();
+          EXPECT_EQ(d["function"]["arguments"], "") << "the first delta has empty arguments";
+          cs.push_back({{"id", d["id"]},
+                        {"type", "function"},
+                        {"function", {{"name", d["function"]["name"]}, {"arguments", ""}}}});
+          continue;
+        }
+        EXPECT_LT(k, cs.size()) << d.dump();
+        if (k >= cs.size()) continue;
+        EXPECT_FALSE(d.contains("id")) << d.dump();
+        std::string& a = cs[k]["function"]["arguments"].get_ref<std::string&>();
+        a += d["function"]["arguments"].get<std::string>();
+      }
+    }
+  return calls;
+}
+
 // tool_choice forcing a call returns message.tool_calls (and streams
-// delta.tool_calls) with arguments valid for the function's schema.
-void check_forced_tool_calls(ServeProcess& srv) {
+// delta.tool_calls, arguments piece by piece) with arguments valid for the
+// function's schema. `parallel`: "required" may return several calls.
+void check_forced_tool_calls(ServeProcess& srv, bool parallel, bool mistral = false) {
   auto c = srv.client();
   json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Oslo?"}}}},
                {"tools", kTools},
-               {"max_tokens", 200},
+               {"max_tokens", 300},
                {"temperature", 1.0},
                {"seed", 3},
                {"n", 3}};
+  size_t most_calls = 0;
   for (const json& choice :
        {json("required"), json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
     body["tool_choice"] = choice;
-    Reply r = post_json(c, "/v1/chat/completions", body);
-    ASSERT_EQ(r.status, 200) << r.body.dump();
-    for (const auto& ch : r.body["choices"]) {
-      EXPECT_EQ(ch["finish_reason"], "tool_calls") << ch.dump();
-      ASSERT_EQ(ch["message"]["tool_calls"].size(), 1u) << ch.dump();
-      EXPECT_TRUE(ch["message"]["content"].is_null()) << ch.dump();
-      expect_valid_call(ch["message"]["tool_calls"][0]);
-      if (choice.is_object()) {
-        EXPECT_EQ(ch["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+    for (int seed : {3, 4}) {
+      body["seed"] = seed;
+      Reply r = post_json(c, "/v1/chat/completions", body);
+      ASSERT_EQ(r.status, 200) << r.body.dump();
+      for (const auto& ch : r.body["choices"]) {
+        EXPECT_EQ(ch["finish_reason"], "tool_calls") << ch.dump();
+        const json& calls = ch["message"]["tool_calls"];
+        ASSERT_GE(calls.size(), 1u) << ch.dump();
+        if (choice.is_object() || !parallel) ASSERT_EQ(calls.size(), 1u) << ch.dump();
+        most_calls = std::max(most_calls, calls.size());
+        EXPECT_TRUE(ch["message"]["content"].is_null()) << ch.dump();
+        for (const auto& call : calls) expect_valid_call(call, mistral);
+        if (choice.is_object()) {
+          EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+        }
       }
     }
   }
-  body["stream"] = true;
-  SseResult s = post_sse(c, "/v1/chat/completions", body);
-  ASSERT_EQ(s.status, 200);
-  EXPECT_TRUE(s.done);
-  int calls = 0, finishes = 0;
-  for (const auto& e : s.events)
-    for (const auto& ch : e.value("choices", json::array())) {
-      if (ch["delta"].contains("tool_calls")) {
-        for (const auto& call : ch["delta"]["tool_calls"]) {
-          EXPECT_EQ(call["index"], 0);
-          expect_valid_call(call);
-          ++calls;
+  // With random weights a forced "required" reply goes on to a second call
+  // about half the time; these seeds are fixed, so this is not luck.
+  if (parallel) {
+    EXPECT_GE(most_calls, 2u) << "no reply held parallel calls";
+  }
+  // parallel_tool_calls false: exactly one call.
+  body["tool_choice"] = "required";
+  body["parallel_tool_calls"] = false;
+  Reply one = post_json(c, "/v1/chat/completions", body);
+  ASSERT_EQ(one.status, 200) << one.body.dump();
+  for (const auto& ch : one.body["choices"]) {
+    EXPECT_EQ(ch["message"]["tool_calls"].size(), 1u) << ch.dump();
+  }
+  body.erase("parallel_tool_calls");
+  // Streamed: the same calls as the whole reply with the same seed, the
+  // arguments arriving in pieces.
+  body["n"] = 1;
+  for (int seed : {3, 4, 5}) {
+    body["seed"] = seed;
+    body["stream"] = false;
+    Reply whole = post_json(c, "/v1/chat/completions", body);
+    ASSERT_EQ(whole.status, 200) << whole.body.dump();
+    body["stream"] = true;
+    SseResult s = post_sse(c, "/v1/chat/completions", body);
+    ASSERT_EQ(s.status, 200);
+    EXPECT_TRUE(s.done);
+    std::vector<int> finishes;
+    const std::vector<json> calls = streamed_calls(s, 1, &finishes);
+    EXPECT_EQ(finishes[0], 1);
+    const json& expect = whole.body["choices"][0]["message"]["tool_calls"];
+    ASSERT_EQ(calls[0].size(), expect.size()) << calls[0].dump() << " vs " << expect.dump();
+    for (size_t k = 0; k < expect.size(); ++k) {
+      expect_valid_call(calls[0][k], mistral);
+      EXPECT_EQ(calls[0][k]["function"], expect[k]["function"]);
+    }
+    std::vector<int> pieces(expect.size());
+    for (const auto& e : s.events)
+      for (const auto& ch : e.value("choices", json::array())) {
+        if (ch["delta"].contains("tool_calls"))
+          for (const auto& d : ch["delta"]["tool_calls"]) ++pieces[d["index"].get<size_t>()];
+        if (ch["delta"].contains("content")) {
+          EXPECT_EQ(ch["delta"]["content"], "") << "a forced call streams no content";
         }
       }
-      if (ch["delta"].contains("content")) {
-        EXPECT_EQ(ch["delta"]["content"], "") << "a forced call streams no content";
+    for (size_t k = 0; k < expect.size(); ++k)
+      if (expect[k]["function"]["arguments"].get<std::string>().size() > 12) {
+        EXPECT_GT(pieces[k], 2) << "arguments are streamed piece by piece";
       }
-      if (ch["finish_reason"] == "tool_calls") ++finishes;
-    }
-  EXPECT_EQ(calls, 3);
-  EXPECT_EQ(finishes, 3);
+  }
+  body["n"] = 3;
+  body["seed"] = 3;
   // tool_choice auto: whatever the model writes, streaming it gives the same
   // content (held back only where a call might start) as the whole reply.
   body["tool_choice"] = "auto";
@@ -263,15 +344,15 @@ void check_forced_tool_calls(ServeProcess& srv) {
 }
 
 TEST(ServerStructured, ToolCallsQwenTemplate) {
-  SUSTAIN_START_SERVER(srv, "-c 2048 -np 3");  // tiny-qwen3 carries Qwen3's template
-  check_forced_tool_calls(*srv);
+  SUSTAIN_START_SERVER(srv, "-c 4096 -np 3");  // tiny-qwen3 carries Qwen3's template
+  check_forced_tool_calls(*srv, true);
 }
 
 TEST(ServerStructured, ToolCallsLlama3Template) {
   const std::string tmpl = tmp_path("llama31_tools.jinja");
   std::ofstream(tmpl) << tools::kChatTemplateLlama31;
-  SUSTAIN_START_SERVER(srv, "-c 2048 -np 3 --chat-template-file " + tmpl);
-  check_forced_tool_calls(*srv);
+  SUSTAIN_START_SERVER(srv, "-c 4096 -np 3 --chat-template-file " + tmpl);
+  check_forced_tool_calls(*srv, false);
   // A template without a known call format cannot force a call.
   const std::string plain = tmp_path("plain.jinja");
   std::ofstream(plain) << "{% for m in messages %}{{ m['content'] }}{% endfor %}";
@@ -284,6 +365,49 @@ TEST(ServerStructured, ToolCallsLlama3Template) {
   ASSERT_EQ(r.status, 400) << r.body.dump();
   EXPECT_NE(r.body["error"]["message"].get<std::string>().find("format this server does not know"),
             std::string::npos);
+}
+
+TEST(ServerStructured, ToolCallsMistralTemplate) {
+  ASSERT_NE(mistral_model(), "") << "sustain synth failed";
+  const std::string tmpl = tmp_path("mistral_style_tools.jinja");
+  std::ofstream(tmpl) << kMistralStyleTemplate;
+  std::string why;
+  auto srv =
+      ServeProcess::start("-c 4096 -np 3 --chat-template-file " + tmpl, &why, mistral_model());
+  ASSERT_TRUE(srv != nullptr) << why;
+  check_forced_tool_calls(*srv, true, true);
+  // The calls go back into the conversation with their ids, and the tool's
+  // answer after them.
+  auto c = srv->client();
+  json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Oslo?"}}}},
+               {"tools", kTools},
+               {"tool_choice", "required"},
+               {"max_tokens", 300},
+               {"seed", 9}};
+  Reply r = post_json(c, "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  const json msg = r.body["choices"][0]["message"];
+  body["messages"].push_back(msg);
+  for (const auto& call : msg["tool_calls"])
+    body["messages"].push_back(
+        {{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "12 C"}});
+  body["messages"].push_back({{"role", "user"}, {"content", "And tomorrow?"}});
+  Reply again = post_json(c, "/v1/chat/completions", body);
+  ASSERT_EQ(again.status, 200) << again.body.dump();
+  EXPECT_EQ(again.body["choices"][0]["finish_reason"], "tool_calls");
+  // Real Mistral Nemo template (its 9-character id check included), where
+  // the reference data is present.
+  if (ref_dir().empty()) return;
+  auto nemo =
+      ServeProcess::start("-c 4096 --chat-template-file " +
+                              ref_path("templates/mistralai-Mistral-Nemo-Instruct-2407.jinja"),
+                          &why, mistral_model());
+  ASSERT_TRUE(nemo != nullptr) << why;
+  auto nc = nemo->client();
+  body["messages"].erase(body["messages"].size() - 1);  // the user's last turn
+  Reply n1 = post_json(nc, "/v1/chat/completions", body);
+  ASSERT_EQ(n1.status, 200) << n1.body.dump();
+  ASSERT_GE(n1.body["choices"][0]["message"]["tool_calls"].size(), 1u) << n1.body.dump();
 }
 
 }  // namespace
