@@ -158,7 +158,8 @@ class Soak {
     sampler(obs);  // on this thread, until the duration is over
     stop_ = true;
     for (auto& t : threads) t.join();
-    res_.duration_s = elapsed();
+    res_.duration_s = c_.duration_s;
+    res_.wall_s = elapsed();
     wait_idle();
     return std::move(res_);
   }

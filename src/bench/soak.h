@@ -61,9 +61,10 @@ struct ProbeResult {
 };
 
 struct SoakResult {
-  double duration_s = 0;  // the load's wall time
+  double duration_s = 0;  // the traffic's length (the config's)
+  double wall_s = 0;      // until the last request ended (in-flight ones are waited for)
   int64_t requests = 0;   // every request sent, probes included
-  // Failures by kind (docs/bench.md: connect, http_5xx, http_4xx,
+  // Failures by kind (docs/bench.md: connect, transport, http_5xx, http_4xx,
   // malformed_not_4xx, stream_error, stream_incomplete, bad_response).
   std::map<std::string, int64_t> errors;
   int64_t errors_5xx = 0;

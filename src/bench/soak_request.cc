@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -61,6 +62,14 @@ void read_usage(const json& j, SoakOutcome& o) {
     o.prompt_tokens = u["prompt_tokens"].get<int64_t>();
 }
 
+// No answer at all: the connection was refused, or broke or timed out
+// before a status line.
+void no_answer(SoakOutcome& o, const SoakRequest& r, httplib::Error err, double waited_s) {
+  o.kind = err == httplib::Error::Connection ? "connect" : "transport";
+  o.failed = true;
+  o.detail = fmt::format("POST {}: {} after {:.1f} s", r.path, httplib::to_string(err), waited_s);
+}
+
 void fail(SoakOutcome& o, const char* kind, std::string detail) {
   o.kind = kind;
   o.failed = true;
@@ -85,6 +94,10 @@ void classify_status(const SoakRequest& r, int status, const std::string& body, 
   } else if (status != 200) {
     fail(o, "http_4xx", what);
   }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -140,6 +153,7 @@ SoakOutcome send_soak_request(const HttpUrl& url, const std::string& api_key, co
                               double timeout_s, std::atomic<int64_t>& tokens,
                               const std::atomic<bool>& stop) {
   SoakOutcome o;
+  const auto t0 = std::chrono::steady_clock::now();
   httplib::Client cli(url.host, url.port);
   cli.set_connection_timeout(10, 0);
   cli.set_read_timeout(static_cast<time_t>(timeout_s), 0);
@@ -154,7 +168,7 @@ SoakOutcome send_soak_request(const HttpUrl& url, const std::string& api_key, co
     httplib::Response res;
     httplib::Error err = httplib::Error::Success;
     if (!cli.send(req, res, err)) {
-      fail(o, "connect", fmt::format("POST {}: {}", r.path, httplib::to_string(err)));
+      no_answer(o, r, err, seconds_since(t0));
       return o;
     }
     o.status = res.status;
@@ -218,7 +232,7 @@ SoakOutcome send_soak_request(const HttpUrl& url, const std::string& api_key, co
     return o;
   }
   if (!sent && o.status == 0) {
-    fail(o, "connect", fmt::format("POST {}: {}", r.path, httplib::to_string(err)));
+    no_answer(o, r, err, seconds_since(t0));
     return o;
   }
   classify_status(r, o.status, raw, o);

@@ -33,7 +33,8 @@ SoakRequest probe_request(const std::string& model);
 
 struct SoakOutcome {
   // ok, malformed_4xx, disconnected, rejected_429, cut_at_end; or a failure:
-  // connect, http_5xx, http_4xx, malformed_not_4xx, stream_error,
+  // connect (no connection), transport (the connection broke or timed out
+  // before an answer), http_5xx, http_4xx, malformed_not_4xx, stream_error,
   // stream_incomplete, bad_response.
   std::string kind = "ok";
   bool failed = false;

@@ -203,6 +203,7 @@ json soak_json(const SoakConfig& c, const SoakResult& r, const SoakThresholds& t
   json s = {
       {"duration_s", r.duration_s},
       {"requests", r.requests},
+      {"wall_s", r.wall_s},
       {"errors", errors},
       {"errors_5xx", r.errors_5xx},
       {"pages_leaked", v.pages_leaked >= 0 ? json(v.pages_leaked) : json(nullptr)},
