@@ -266,7 +266,8 @@ Runner add_bench(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "bench",
       "Measure sustained speed: context ladder, prefill gradient, concurrency ladder, ablation "
-      "matrix and roofline → report.json / report.md / report.html");
+      "matrix and roofline → report.json / report.md / report.html; `bench soak`: mixed traffic "
+      "against a server for a duration, with a verdict");
   sub->add_option("-m,--model", a->model,
                   "GGUF model (default: a synthetic " + std::string(bench::kDefaultPreset) + " " +
                       bench::kDefaultType + ", made once and cached)");

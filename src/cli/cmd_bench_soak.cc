@@ -46,8 +46,8 @@ struct SoakArgs {
 
 class StderrBars : public bench::Observer {
  public:
-  std::unique_ptr<bench::ProgressBar> bar(const std::string&) override {
-    return std::make_unique<Line>();
+  std::unique_ptr<bench::ProgressBar> bar(const std::string& label) override {
+    return std::make_unique<Line>(label);
   }
   void message(const std::string& line) override { std::fprintf(stderr, "%s\n", line.c_str()); }
 
@@ -55,17 +55,19 @@ class StderrBars : public bench::Observer {
   // One line per tenth, so a long run in a log file stays readable.
   class Line : public bench::ProgressBar {
    public:
+    explicit Line(std::string label) : label_(std::move(label)) {}
     void update(double f, const std::string& detail) override {
       const int tenth = static_cast<int>(f * 10);
       if (tenth <= last_) return;
       last_ = tenth;
-      std::fprintf(stderr, "bench soak: %3d%%  %s\n", tenth * 10, detail.c_str());
+      std::fprintf(stderr, "%s: %3d%%  %s\n", label_.c_str(), tenth * 10, detail.c_str());
     }
     void finish(const std::string& detail) override {
-      std::fprintf(stderr, "bench soak: done  %s\n", detail.c_str());
+      std::fprintf(stderr, "%s: done  %s\n", label_.c_str(), detail.c_str());
     }
 
    private:
+    std::string label_;
     int last_ = 0;
   };
 };
@@ -288,6 +290,11 @@ std::function<int()> add_bench_soak(CLI::App& bench_cmd) {
   sub->add_option("--min-drift-window", a->th.min_drift_window_s,
                   "seconds of samples the drifts need to be judged (shorter: reported only)")
       ->capture_default_str();
+  sub->add_option("--request-timeout", a->soak.request_timeout_s,
+                  "seconds a request may wait for its answer before it counts as a transport "
+                  "error")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
   sub->add_option("--seed", a->soak.seed, "seed of the traffic")->capture_default_str();
   sub->add_option("-o,--output", a->out, "report directory (default: reports/soak-<UTC time>)");
   return [a] { return run_soak_command(*a); };
