@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,8 +55,17 @@ Expected<std::unique_ptr<ServeChild>> ServeChild::start(const std::string& binar
     ::close(log_fd);
     return error(Code::kIo, "pipe() failed for the server's stdout");
   }
+  const pid_t parent = getpid();
   c->pid_ = fork();
   if (c->pid_ == 0) {
+    // The server must not outlive the soak, however the soak ends (killed
+    // included), and it handles its own signals: none blocked, whatever
+    // mask the soak runs under.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     const int null_fd = ::open("/dev/null", O_RDONLY);
     dup2(null_fd, 0);
     dup2(fds[1], 1);

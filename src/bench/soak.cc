@@ -158,13 +158,14 @@ class Soak {
     sampler(obs);  // on this thread, until the duration is over
     stop_ = true;
     for (auto& t : threads) t.join();
-    res_.duration_s = c_.duration_s;
+    res_.duration_s = res_.interrupted ? res_.samples.back().t_s : c_.duration_s;
     res_.wall_s = elapsed();
     wait_idle();
     return std::move(res_);
   }
 
  private:
+  bool interrupted() const { return c_.interrupt != nullptr && c_.interrupt->load(); }
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
   void record(const SoakOutcome& o) {
@@ -252,7 +253,7 @@ class Soak {
     double t_prev = 0;
     for (int k = 1;; ++k) {
       const double t_next = std::min(k * c_.sample_interval_s, c_.duration_s);
-      while (elapsed() < t_next) {
+      while (elapsed() < t_next && !interrupted()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         bar->update(elapsed() / c_.duration_s,
                     fmt::format("{:.0f}/{:.0f} s, {} requests", elapsed(), c_.duration_s,
@@ -260,6 +261,10 @@ class Soak {
       }
       take_sample(t_prev, elapsed());
       t_prev = res_.samples.back().t_s;
+      if (interrupted()) {
+        res_.interrupted = true;
+        break;
+      }
       if (t_next >= c_.duration_s) break;
     }
     bar->finish(fmt::format("{} requests", next_index_.load()));

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -38,6 +39,8 @@ struct SoakConfig {
   double idle_wait_s = 30;      // after the load, how long the server may take to go idle
   double request_timeout_s = 300;
   uint64_t seed = 1234;
+  // Set (by a signal, say) to end the traffic early; the result says so.
+  const std::atomic<bool>* interrupt = nullptr;
 };
 
 // One sample of the server's state (from /metrics and /proc) and of the
@@ -79,6 +82,7 @@ struct SoakResult {
   std::vector<std::string> error_examples;  // the first few, for the report
   bool server_metrics = false;              // /metrics answered with sustain's gauges
   std::string server_problem;               // set by the caller: our child died, or exited non-zero
+  bool interrupted = false;                 // c.interrupt ended the traffic before c.duration_s
 };
 
 // Runs the traffic for c.duration_s against c.url, then waits for the server

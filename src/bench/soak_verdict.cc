@@ -185,6 +185,9 @@ SoakVerdict judge_soak(const SoakResult& r, const SoakThresholds& th) {
   judge_throughput(r, th, v);
   judge_probes(r, v);
   if (!r.server_problem.empty()) add(v, "server", false, r.server_problem);
+  if (r.interrupted)
+    add(v, "completed", false,
+        fmt::format("interrupted after {:.0f} s: the checks above cover that much", r.duration_s));
   return v;
 }
 
@@ -204,6 +207,7 @@ json soak_json(const SoakConfig& c, const SoakResult& r, const SoakThresholds& t
       {"duration_s", r.duration_s},
       {"requests", r.requests},
       {"wall_s", r.wall_s},
+      {"interrupted", r.interrupted},
       {"errors", errors},
       {"errors_5xx", r.errors_5xx},
       {"pages_leaked", v.pages_leaked >= 0 ? json(v.pages_leaked) : json(nullptr)},

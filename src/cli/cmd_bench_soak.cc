@@ -6,13 +6,17 @@
 // bench uses. The exit code is 0 only when no check failed.
 #include "cli/cmd_bench_soak.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -178,6 +182,26 @@ int run_soak_command(SoakArgs a) {
   }
   c.api_key = a.api_key;
   c.model_name = a.model_name;
+  // Once the traffic starts, SIGINT/SIGTERM end it early: the report is
+  // still written (the verdict then fails as 'completed') and the child is
+  // stopped; a second signal exits at once (the child follows: it dies with
+  // its parent). Blocked here, before the soak's threads start, and taken
+  // by one thread with sigwait.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  auto interrupt = std::make_shared<std::atomic<bool>>(false);
+  std::thread([sigs, interrupt] {
+    for (int sig = 0; sigwait(&sigs, &sig) == 0;) {
+      if (interrupt->load()) _exit(128 + sig);
+      std::fprintf(stderr, "bench soak: signal %d: stopping the traffic, writing the report\n",
+                   sig);
+      *interrupt = true;
+    }
+  }).detach();
+  c.interrupt = interrupt.get();
   auto res = bench::run_soak(c, obs);
   if (child) {
     const std::string why = child->stop(a.shutdown_timeout_s);

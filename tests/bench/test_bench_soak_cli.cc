@@ -1,8 +1,8 @@
 // End to end: `sustain bench soak` as a user runs it. A 20-second soak of a
 // `sustain serve` child on a tiny synthetic model passes its verdict with
 // every field of the report; against a server that answers 5xx (a fake one
-// on 127.0.0.1) the verdict fails and the exit code says so; bad flags are
-// named.
+// on 127.0.0.1) the verdict fails and the exit code says so; SIGINT ends it
+// early with a report; bad flags are named.
 #include <gtest/gtest.h>
 
 #include <httplib.h>
@@ -112,6 +112,31 @@ TEST(CliSoak, FailingVerdictExitsNonZeroNamingTheChecks) {
   EXPECT_GT(k["errors"]["http_5xx"].get<int64_t>(), 0);
   EXPECT_TRUE(k["pages_leaked"].is_null());  // no /metrics: not measured
   EXPECT_EQ(k["deterministic_ok"], false);
+}
+
+// Ctrl-C (SIGINT) mid-run: the traffic stops, the report is written for the
+// time so far with the verdict failed as 'completed', and the started
+// server is gone.
+TEST(CliSoak, InterruptedSoakWritesItsReportAndStopsTheServer) {
+  const std::string dir = tmp_path("bench_soak_interrupted");
+  std::filesystem::remove_all(dir);
+  auto r = run_cli("bench soak -m " + tiny_model() +
+                       " --duration 60s --sample-interval 1s --max-prompt 128 -np 2 -t 2 -o " + dir,
+                   "timeout --preserve-status -s INT 8 ");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("stopping the traffic"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("completed"), std::string::npos) << r.err;
+  const json j = json::parse(slurp(dir + "/report.json"));
+  const json& k = j["soak"];
+  EXPECT_EQ(k["interrupted"], true);
+  EXPECT_EQ(k["pass"], false);
+  EXPECT_LT(k["duration_s"].get<double>(), 10);
+  EXPECT_GT(k["samples"].size(), 0u);
+  const std::string url = j["conditions"]["target"]["url"];
+  const int port = std::stoi(url.substr(url.rfind(':') + 1));
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_connection_timeout(1, 0);
+  EXPECT_FALSE(cli.Get("/health")) << "the started server still answers on " << url;
 }
 
 TEST(CliSoak, BadFlagsAreNamed) {
