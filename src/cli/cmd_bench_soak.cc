@@ -149,8 +149,8 @@ int run_soak_command(SoakArgs a) {
       if (!p) return fail(p.status().message());
       model = *p;
     }
-    // Room for the longest prompt (word_prompt gives ≈ 1.3 tokens a word,
-    // and the soak asks max_prompt / 1.3 words) and its answer.
+    // Room for the longest prompt (max_prompt words, up to about 1.3 tokens
+    // a word in any tokenizer) and its answer.
     const int64_t ctx = a.ctx > 0 ? a.ctx : c.max_prompt_tokens * 3 / 2 + c.max_tokens + 64;
     std::vector<std::string> args = {"-m",
                                      model,
