@@ -67,7 +67,8 @@ void read_usage(const json& j, SoakOutcome& o) {
 void no_answer(SoakOutcome& o, const SoakRequest& r, httplib::Error err, double waited_s) {
   o.kind = err == httplib::Error::Connection ? "connect" : "transport";
   o.failed = true;
-  o.detail = fmt::format("POST {}: {} after {:.1f} s", r.path, httplib::to_string(err), waited_s);
+  o.detail = fmt::format("POST {} ({}): {} after {:.1f} s, no status line", r.path,
+                         r.stream ? "stream" : "not streamed", httplib::to_string(err), waited_s);
 }
 
 void fail(SoakOutcome& o, const char* kind, std::string detail) {
