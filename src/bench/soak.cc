@@ -232,6 +232,11 @@ class Soak {
     s.kv_pages_cached = metric_or(m, "sustain_kv_pages_cached");
     s.queue = metric_or(m, "sustain_requests_waiting");
     s.running = metric_or(m, "sustain_requests_running");
+    s.busy_rejections = metric_or(m, "sustain_busy_rejections_total");
+    s.client_disconnects = metric_or(m, "sustain_client_disconnects_total");
+    if (m.count("sustain_read_timeouts_total") > 0)
+      s.timeouts = metric_or(m, "sustain_read_timeouts_total") +
+                   metric_or(m, "sustain_write_timeouts_total", 0);
     s.rss_bytes = c_.server_pid > 0 ? proc_rss_bytes(c_.server_pid)
                                     : metric_or(m, "process_resident_memory_bytes");
     const int64_t tok = tokens_.load();

@@ -54,6 +54,9 @@ struct SoakSample {
   double tok_s = 0;
   int64_t requests = 0, errors = 0;  // ended in the interval
   bool burst = false;                // a burst overlapped the interval
+  // The server's own counters so far (cumulative): 503s for busy handler
+  // threads, clients gone before the end, read or write deadlines hit.
+  double busy_rejections = -1, client_disconnects = -1, timeouts = -1;
 };
 
 // One run of the determinism probe: its text and when it was sent.

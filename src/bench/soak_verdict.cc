@@ -260,7 +260,10 @@ json soak_json(const SoakConfig& c, const SoakResult& r, const SoakThresholds& t
                             {"tok_s", x.tok_s},
                             {"requests", x.requests},
                             {"errors", x.errors},
-                            {"burst", x.burst}});
+                            {"burst", x.burst},
+                            {"busy_rejections", x.busy_rejections},
+                            {"client_disconnects", x.client_disconnects},
+                            {"timeouts", x.timeouts}});
   s["probes"] = json::array();
   const std::string* first = nullptr;
   for (const ProbeResult& p : r.probes) {

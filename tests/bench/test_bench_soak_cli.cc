@@ -74,6 +74,8 @@ TEST(CliSoak, ShortSoakOfAStartedServerPasses) {
     EXPECT_GT(s["rss_bytes"].get<double>(), 1e6);
     EXPECT_GE(s["kv_pages_used"].get<double>(), 0);
     EXPECT_GE(s["queue"].get<double>(), 0);
+    EXPECT_EQ(s["busy_rejections"].get<double>(), 0);
+    EXPECT_GE(s["client_disconnects"].get<double>(), 0);
     burst = burst || s["burst"].get<bool>();
   }
   EXPECT_TRUE(burst);
