@@ -40,6 +40,8 @@ class ServeChild {
   bool reap(bool wait);
   pid_t pid_ = -1;
   int port_ = 0;
+  // The child's stdout, kept open after its port is read: closed, the
+  // server's next line would raise SIGPIPE in it. It prints two lines.
   int out_fd_ = -1;
   std::string log_path_;
   mutable int status_ = 0;
