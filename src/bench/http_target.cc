@@ -125,15 +125,19 @@ Expected<std::unique_ptr<HttpTarget>> HttpTarget::create(const HttpTargetOptions
   return t;
 }
 
-std::string HttpTarget::prompt(int64_t index) const {
-  std::mt19937_64 rng(opt_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(index));
+std::string word_prompt(uint64_t seed, int64_t index, int64_t words) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(index));
   constexpr size_t kN = sizeof(kWords) / sizeof(kWords[0]);
   std::string s = fmt::format("Request {}.", index);
-  for (int64_t i = 0; i < opt_.prompt_words; ++i) {
+  for (int64_t i = 0; i < words; ++i) {
     s += ' ';
     s += kWords[rng() % kN];
   }
   return s;
+}
+
+std::string HttpTarget::prompt(int64_t index) const {
+  return word_prompt(opt_.seed, index, opt_.prompt_words);
 }
 
 void HttpTarget::set_error(const std::string& e) {

@@ -39,6 +39,11 @@ class SseParser {
   bool has_data_ = false;
 };
 
+// "Request INDEX." and `words` common English words drawn with (seed,
+// index): about 1.3 tokens a word in any tokenizer, and prompts of
+// different indices share no prefix past their first word.
+std::string word_prompt(uint64_t seed, int64_t index, int64_t words);
+
 struct HttpTargetOptions {
   std::string url;
   std::string model;    // "model" field; "" = the first id of GET /v1/models, else "default"

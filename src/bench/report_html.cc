@@ -271,6 +271,31 @@ std::string ablation_chart(const json& r) {
   return bar_chart("Ablation: decode tok/s P50 per context", "tok/s", groups, ss);
 }
 
+// The soak's RSS, throughput and KV pages over time.
+std::string soak_charts(const json& r) {
+  if (!r.contains("soak") || !r["soak"].is_object() || !r["soak"].contains("samples")) return "";
+  Series rss("server RSS"), tok("visible tok/s"), used("KV pages used"), cached("KV pages cached"),
+      queued("queued");
+  for (const auto& x : r["soak"]["samples"]) {
+    const double t = num(x, "t_s");
+    const auto gauge = [&](const char* key) {
+      const double v = num(x, key);
+      return v >= 0 ? v : NAN;
+    };
+    rss.pts.push_back({t, gauge("rss_bytes") / 1048576.0});
+    tok.pts.push_back({t, num(x, "tok_s")});
+    used.pts.push_back({t, gauge("kv_pages_used")});
+    cached.pts.push_back({t, gauge("kv_pages_cached")});
+    queued.pts.push_back({t, gauge("queue")});
+  }
+  if (tok.pts.empty()) return "";
+  std::string s = line_chart(7, "Soak: server RSS over time", "seconds", "MiB", {rss}, false, 0);
+  s += line_chart(8, "Soak: throughput over time", "seconds", "tok/s", {tok}, false, 0);
+  s += line_chart(9, "Soak: KV pages and queue over time", "seconds", "pages / requests",
+                  {used, cached, queued}, false, 0);
+  return s;
+}
+
 }  // namespace
 
 std::string render_html(const json& r) {
@@ -294,8 +319,8 @@ std::string render_html(const json& r) {
     for (const auto& n : r["notes"]) s += "<li>" + html_escape(n.get<std::string>()) + "</li>\n";
     s += "</ul>\n";
   }
-  s += "<div>\n" + ladder_charts(r) + prefill_chart(r) + concurrency_charts(r) + ablation_chart(r) +
-       "</div>\n";
+  s += "<div>\n" + soak_charts(r) + ladder_charts(r) + prefill_chart(r) + concurrency_charts(r) +
+       ablation_chart(r) + "</div>\n";
   for (const Table& t : report_tables(r)) {
     s += "<h2>" + html_escape(t.title) + "</h2>\n";
     if (!t.note.empty()) s += "<p class=\"note\">" + html_escape(t.note) + "</p>\n";

@@ -440,6 +440,48 @@ void add_ablation(const json& r, std::vector<Table>& out) {
   out.push_back(std::move(t));
 }
 
+// The soak's verdict, its figures and every sample (bench/soak_verdict.h).
+void add_soak(const json& r, std::vector<Table>& out) {
+  if (!r.contains("soak") || !r["soak"].is_object()) return;
+  const json& k = r["soak"];
+  const bool pass = k.value("pass", false);
+  Table v{"Soak verdict",
+          pass ? "PASS: no check failed." : "FAIL: see the checks marked fail.",
+          {"check", "result", "detail"},
+          {}};
+  for (const auto& c : k["checks"])
+    v.rows.push_back({str(c, "name"), str(c, "status"), str(c, "detail")});
+  out.push_back(std::move(v));
+  Table f{"Soak figures", "", {"figure", "value"}, {}};
+  for (const char* key :
+       {"duration_s", "requests", "errors", "errors_5xx", "pages_leaked", "rss_drift_pct_per_h",
+        "throughput_drift_pct", "deterministic_ok", "outcomes", "prompt_tokens", "idle"}) {
+    if (!k.contains(key)) continue;
+    const json& x = k[key];
+    f.rows.push_back({key, x.is_null()           ? std::string("not measured")
+                           : x.is_number_float() ? fmt::format("{:.3g}", x.get<double>())
+                                                 : x.dump()});
+  }
+  out.push_back(std::move(f));
+  Table s{"Soak samples",
+          "One row per sample interval; tok/s counts visible tokens received in the interval.",
+          {"t (s)", "RSS (MiB)", "KV pages used", "KV pages cached", "queued", "running", "tok/s",
+           "requests", "errors", "burst"},
+          {}};
+  const auto gauge = [](const json& x, const char* key) {
+    const double v = num(x, key, -1);
+    return v < 0 ? std::string("-") : fmt::format("{:.0f}", v);
+  };
+  for (const auto& x : k["samples"]) {
+    const double rss = num(x, "rss_bytes", -1);
+    s.rows.push_back({f1(num(x, "t_s")), rss < 0 ? std::string("-") : mib(rss),
+                      gauge(x, "kv_pages_used"), gauge(x, "kv_pages_cached"), gauge(x, "queue"),
+                      gauge(x, "running"), f1(num(x, "tok_s")), str(x, "requests"),
+                      str(x, "errors"), x.value("burst", false) ? "yes" : ""});
+  }
+  out.push_back(std::move(s));
+}
+
 void add_metrics(const json& r, std::vector<Table>& out) {
   if (!r.contains("metrics") || !r["metrics"].is_object()) return;
   Table t{"Metric definitions", "", {"metric", "formula"}, {}};
@@ -464,6 +506,7 @@ std::string md_cell(std::string s) {
 
 std::vector<Table> report_tables(const json& r) {
   std::vector<Table> out;
+  add_soak(r, out);
   add_ladder(r, out);
   add_prefill(r, out);
   add_vision(r, out);
@@ -589,6 +632,22 @@ Status validate_report(const json& r) {
           SUSTAIN_TRY(need(c, pk, f, V::number_float));
       }
     }
+  }
+  if (r.contains("soak") && !r["soak"].is_null()) {
+    const json& k = r["soak"];
+    SUSTAIN_TRY(need(r, "", "soak", V::object));
+    SUSTAIN_TRY(need(k, "soak", "duration_s", V::number_float));
+    SUSTAIN_TRY(need(k, "soak", "requests", V::number_unsigned));
+    SUSTAIN_TRY(need(k, "soak", "errors", V::object));
+    SUSTAIN_TRY(need(k, "soak", "errors_5xx", V::number_unsigned));
+    SUSTAIN_TRY(need(k, "soak", "deterministic_ok", V::boolean));
+    SUSTAIN_TRY(need(k, "soak", "pass", V::boolean));
+    SUSTAIN_TRY(need(k, "soak", "checks", V::array));
+    SUSTAIN_TRY(need(k, "soak", "samples", V::array));
+    // Null when the run could not measure them (no /metrics, too few samples).
+    for (const char* f : {"pages_leaked", "rss_drift_pct_per_h", "throughput_drift_pct"})
+      if (!k.contains(f) || !(k[f].is_null() || k[f].is_number()))
+        return error(Code::kInvalidArgument, "report: field soak.{} must be a number or null", f);
   }
   if (r.contains("concurrency") && !r["concurrency"].is_null()) {
     SUSTAIN_TRY(need(r["concurrency"], "concurrency", "levels", V::array));

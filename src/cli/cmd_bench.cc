@@ -22,6 +22,7 @@
 #include "bench/report.h"
 #include "bench/results.h"
 #include "bench/run.h"
+#include "cli/cmd_bench_soak.h"
 #include "cli/commands.h"
 #include "cli/file_io.h"
 #include "cli/model_session.h"
@@ -295,7 +296,8 @@ Runner add_bench(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "bench",
       "Measure sustained speed: context ladder, prefill gradient, concurrency ladder, ablation "
-      "matrix and roofline → report.json / report.md / report.html");
+      "matrix and roofline → report.json / report.md / report.html; `bench soak`: mixed traffic "
+      "against a server for a duration, with a verdict");
   sub->add_option("-m,--model", a->model,
                   "GGUF model (default: a synthetic " + std::string(bench::kDefaultPreset) + " " +
                       bench::kDefaultType + ", made once and cached)");
@@ -408,8 +410,11 @@ Runner add_bench(CLI::App& app) {
   bwc->add_option("--bw-mib", a->bw_mib, "buffer size (MiB)")
       ->check(CLI::Range(int64_t(64), int64_t(1) << 20));
   bwc->add_option("--bw-reps", a->bw_reps, "repetitions")->check(CLI::Range(1, 1000));
-  return [a, bwc, as_json] {
+  auto soak = add_bench_soak(*sub);
+  auto* soak_cmd = sub->get_subcommand("soak");
+  return [a, bwc, as_json, soak, soak_cmd] {
     if (bwc->parsed()) return run_bandwidth(*a, *as_json);
+    if (soak_cmd->parsed()) return soak();
     return run_bench(*a);
   };
 }
