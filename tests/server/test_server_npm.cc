@@ -158,8 +158,11 @@ TEST(ServerNpm, StructuredOutputAndToolCalls) {
           EXPECT_TRUE(a.size() == 1 && (a["zone"] == "utc" || a["zone"] == "cet")) << a.dump();
         }
       }
-      // A call's first delta, then its arguments in pieces.
-      EXPECT_GT(p["stream_pieces"].get<size_t>(), 2 * p["calls"].size()) << p.dump();
+      // A call's first delta, then its arguments in at least one more. How
+      // many pieces depends on how many tokens each SSE write carries, which
+      // a loaded machine coalesces (the byte-by-byte split is checked in
+      // ToolCalls.* without timing).
+      EXPECT_GE(p["stream_pieces"].get<size_t>(), 2 * p["calls"].size()) << p.dump();
     }
     if (setup.parallel) {
       EXPECT_GE(most, 2u) << args << ": no reply held parallel calls";
