@@ -1,0 +1,63 @@
+// `--split` for the model-running commands (docs/split.md): the flags, and
+// the ranks of an mpirun job with this process's pipeline stage. Rank 0 owns
+// the tokenizer, sampling and output and drives every step; the other ranks
+// follow (follow_steps) until rank 0 says stop.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "dist/comm.h"
+#include "model/stage.h"
+
+namespace sustain::cli {
+
+struct SplitArgs {
+  std::string split = "none";  // --split / --split-mode (-sm): none, layer, tensor (row)
+  std::string ratio;           // --ratio / --tensor-split (-ts): shares, one per rank
+};
+
+// --split, --ratio and their llama.cpp spellings.
+void add_split_flags(CLI::App* sub, SplitArgs& a);
+
+struct Ranks {
+  std::unique_ptr<dist::Comm> comm;
+  std::vector<int64_t> bounds;  // rank r computes blocks [bounds[r], bounds[r + 1])
+  PipelineStage stage;          // this rank's (hand-off wired to comm)
+  bool stopped = false;         // rank 0 has told the others to stop
+  int rank() const { return comm->rank(); }
+  int size() const { return comm->size(); }
+  bool split() const { return !bounds.empty(); }
+  bool follower() const { return comm->rank() > 0; }
+};
+
+// Checks the flags against the launch (mpirun's rank count, read from the
+// environment) and the model's block count (read from its metadata), all
+// before loading; then starts MPI when there is more than one rank. Errors
+// name the flag. `quiet` is set for a rank other than 0, whose copy of an
+// error every rank finds alike need not be printed again.
+Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::string& model_path,
+                                            bool& quiet);
+
+// The end of a command on every rank: on success rank 0 tells the followers
+// to stop; on failure with more than one rank, the whole job is ended so no
+// rank waits for a message that will not come. Returns the exit code.
+int finish_ranks(Ranks& r, int rc);
+
+// The message rank 0 broadcasts before each forward step: what to feed.
+struct Step {
+  bool stop = false;
+  bool all_logits = false;
+  int64_t batch = 0;
+  std::vector<int32_t> tokens;
+};
+Status broadcast_step(Ranks& r, Step& s);
+
+// After the follower has loaded its stage: copies logits rows that the last
+// rank computed to rank 0 (nothing in a one-rank job).
+Status gather_logits(Ranks& r, std::vector<float>* logits);
+
+}  // namespace sustain::cli
