@@ -83,9 +83,8 @@ int logits_main(const LogitsArgs& a, Ranks& ranks) {
 }
 
 int run_logits(const LogitsArgs& a) {
-  bool quiet = false;
-  auto r = open_ranks(a.split, a.m.model, quiet);
-  if (!r) return quiet ? 1 : fail(r.status().message());
+  auto r = open_ranks(a.split, a.m.model);
+  if (!r) return fail_launch(r.status());
   return finish_ranks(**r, logits_main(a, **r));
 }
 

@@ -226,9 +226,8 @@ int run_main(RunArgs a, Ranks& ranks) {
 }
 
 int run_run(const RunArgs& a) {
-  bool quiet = false;
-  auto r = open_ranks(a.split, a.m.model, quiet);
-  if (!r) return quiet ? 1 : fail(r.status().message());
+  auto r = open_ranks(a.split, a.m.model);
+  if (!r) return fail_launch(r.status());
   return finish_ranks(**r, run_main(a, **r));
 }
 

@@ -66,8 +66,7 @@ Expected<int64_t> kv_budget_bytes(const ModelArgs& a) {
   return static_cast<int64_t>(b);
 }
 
-Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_cache,
-                                                Ranks* ranks) {
+Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_cache, Ranks* ranks) {
   auto s = std::make_unique<Session>();
   s->ranks = ranks;
   SUSTAIN_ASSIGN_OR_RETURN(s->model, Model::load(a.model));
@@ -78,8 +77,8 @@ Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_ca
   SUSTAIN_ASSIGN_OR_RETURN(QType kt, kv_type(a.cache_type_k, "--cache-type-k"));
   SUSTAIN_ASSIGN_OR_RETURN(QType vt, kv_type(a.cache_type_v, "--cache-type-v"));
   const kv::KvGeometry g = ranks && ranks->split()
-                              ? s->model->stage_kv_geometry(ranks->stage, kt, vt)
-                              : s->model->kv_geometry(kt, vt);
+                               ? s->model->stage_kv_geometry(ranks->stage, kt, vt)
+                               : s->model->kv_geometry(kt, vt);
   SUSTAIN_ASSIGN_OR_RETURN(int64_t budget, kv_budget_bytes(a));
   if (budget > 0) {
     const int64_t fit = budget / static_cast<int64_t>(g.page_bytes()) * g.page_tokens;

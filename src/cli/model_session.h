@@ -59,9 +59,7 @@ struct Session {
   // With --split: the job's ranks; the cache holds only this rank's blocks
   // and feed() runs rank 0's steps on every rank.
   Ranks* ranks = nullptr;
-  const PipelineStage* stage() const {
-    return ranks && ranks->split() ? &ranks->stage : nullptr;
-  }
+  const PipelineStage* stage() const { return ranks && ranks->split() ? &ranks->stage : nullptr; }
 };
 
 // Loads the model and tokenizer; with `with_cache`, also the KV cache of

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "cli/commands.h"
 #include "gguf/gguf.h"
 #include "model/arch_config.h"
 #include "plan/parse.h"
@@ -29,10 +30,13 @@ Expected<std::optional<plan::Split>> split_kind(const std::string& s) {
 
 }  // namespace
 
-Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::string& model_path,
-                                            bool& quiet) {
+int fail_launch(const Status& st) {
+  const int rank = dist::launch_from_env().rank;
+  return fail(rank > 0 ? fmt::format("rank {}: {}", rank, st.message()) : st.message());
+}
+
+Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::string& model_path) {
   const dist::Launch launch = dist::launch_from_env();
-  quiet = launch.rank > 0;
   SUSTAIN_ASSIGN_OR_RETURN(auto kind, split_kind(a.split));
   auto r = std::make_unique<Ranks>();
   if (!kind) {
@@ -49,7 +53,9 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   if (*kind == plan::Split::kTensor)
     return error(Code::kUnsupported,
                  "--split {}: the tensor split is not built yet; use --split layer", a.split);
-  if (launch.size > 1 && !dist::mpi_built()) return dist::mpi_comm().status();
+  // A build without MPI refuses the flag even for one rank: what was asked
+  // for (a model over ranks) cannot happen, and saying so beats running alone.
+  if (!dist::mpi_built()) return dist::mpi_comm().status().with_context("--split " + a.split);
 
   std::vector<double> shares(static_cast<size_t>(launch.size), 1.0);
   if (!a.ratio.empty()) {

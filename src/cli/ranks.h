@@ -37,10 +37,13 @@ struct Ranks {
 // Checks the flags against the launch (mpirun's rank count, read from the
 // environment) and the model's block count (read from its metadata), all
 // before loading; then starts MPI when there is more than one rank. Errors
-// name the flag. `quiet` is set for a rank other than 0, whose copy of an
-// error every rank finds alike need not be printed again.
-Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::string& model_path,
-                                            bool& quiet);
+// name the flag.
+Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::string& model_path);
+
+// Prints an error of open_ranks and returns the exit code. Every rank
+// prints (a rank other than 0 with its number): the launcher may end the job
+// as soon as the first rank exits, before rank 0's line is out.
+int fail_launch(const Status& st);
 
 // The end of a command on every rank: on success rank 0 tells the followers
 // to stop; on failure with more than one rank, the whole job is ended so no

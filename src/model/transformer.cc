@@ -48,7 +48,9 @@ void embed(const Model& m, TokenSpan s, Workspace& ws) {
   }
 }
 
-int stage_begin(const Workspace& ws) { return ws.stage ? ws.stage->layer_begin : 0; }
+int stage_begin(const Workspace& ws) {
+  return ws.stage ? ws.stage->layer_begin : 0;
+}
 
 int stage_end(const Model& m, const Workspace& ws) {
   return ws.stage ? ws.stage->layer_end : static_cast<int>(m.config().n_layer);
@@ -94,7 +96,8 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
   const int64_t qd = c.q_dim(), kd = c.k_dim(), vd = c.v_dim();
 
   // A pipeline stage's cache holds only its own blocks' layers.
-  const int kvl = (o.kv_layer >= 0 ? o.kv_layer : layer) - (ws.stage ? ws.stage->kv_layer_begin : 0);
+  const int kvl =
+      (o.kv_layer >= 0 ? o.kv_layer : layer) - (ws.stage ? ws.stage->kv_layer_begin : 0);
   norm_rows(ws.x.data(), L.attn_norm, ws.cur.data(), T, d, c.rms_eps);
   if (o.out_gate) {
     // Per head h: outputs [2h·hd, 2h·hd + hd) are its query, the next hd its gate.
