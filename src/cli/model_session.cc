@@ -169,7 +169,11 @@ Status feed(Session& s, kv::PageTable& table, const std::vector<int32_t>& tokens
     step.all_logits = all_logits != nullptr;
     step.batch = batch;
     step.tokens = tokens;
+    s.ranks->in_step = true;  // a failure from here on leaves followers mid-step
     SUSTAIN_TRY(broadcast_step(*s.ranks, step));
+    SUSTAIN_TRY(feed_local(s, table, tokens, batch, all_logits, last_logits));
+    s.ranks->in_step = false;
+    return Status::ok();
   }
   return feed_local(s, table, tokens, batch, all_logits, last_logits);
 }

@@ -113,7 +113,7 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
 
 int finish_ranks(Ranks& r, int rc) {
   if (r.size() <= 1) return rc;
-  if (rc != 0) r.comm->abort(rc);
+  if (rc != 0 && (r.follower() || r.in_step)) r.comm->abort(rc);
   if (!r.follower() && !r.stopped) {
     Step stop;
     stop.stop = true;

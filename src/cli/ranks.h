@@ -28,6 +28,7 @@ struct Ranks {
   std::vector<int64_t> bounds;  // rank r computes blocks [bounds[r], bounds[r + 1])
   PipelineStage stage;          // this rank's (hand-off wired to comm)
   bool stopped = false;         // rank 0 has told the others to stop
+  bool in_step = false;         // a step was broadcast and has not finished here
   int rank() const { return comm->rank(); }
   int size() const { return comm->size(); }
   bool split() const { return !bounds.empty(); }
@@ -45,9 +46,10 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
 // as soon as the first rank exits, before rank 0's line is out.
 int fail_launch(const Status& st);
 
-// The end of a command on every rank: on success rank 0 tells the followers
-// to stop; on failure with more than one rank, the whole job is ended so no
-// rank waits for a message that will not come. Returns the exit code.
+// The end of a command on every rank. Rank 0 between steps tells the
+// followers to stop (they exit 0, rank 0 with `rc`); a failure on a follower
+// or in the middle of a step ends the whole job (MPI_Abort), so no rank
+// waits for a message that will not come. Returns the exit code.
 int finish_ranks(Ranks& r, int rc);
 
 // The message rank 0 broadcasts before each forward step: what to feed.

@@ -185,6 +185,17 @@ TEST(SplitRun, BadSplitsAreRefusedNamingTheFlag) {
   }
 }
 
+// An error on rank 0 after the ranks started (the prompt does not fit):
+// rank 0 tells the followers to stop, and the job ends with its message.
+TEST(SplitRun, RankZeroErrorEndsTheJob) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  const CliResult r = run_cli(
+      "run -m " + model("tiny-llama-Q4_K_M") + " -p " + kPrompt + " -c 4 -t 1 --split layer",
+      mpirun(2));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("raise -c"), std::string::npos) << r.err;
+}
+
 // One process, --split layer: the stage path over every block.
 TEST(SplitRun, OneRankSplitEqualsNoSplit) {
   SUSTAIN_REQUIRE_REF();
