@@ -12,6 +12,7 @@ PKGS=(
   libfmt-dev                 # formatting of messages and tables
   libcpp-httplib-dev         # HTTP server (serving issue)
   libstb-dev                 # PNG/JPEG decoding for image input (the reference's decoder)
+  libopenmpi-dev openmpi-bin # ranks over MPI for --split (mpirun, collectives)
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev           # microbenchmarks
 )

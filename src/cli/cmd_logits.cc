@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/media_input.h"
 #include "cli/model_session.h"
+#include "cli/ranks.h"
 
 namespace sustain::cli {
 namespace {
@@ -17,13 +18,20 @@ namespace {
 struct LogitsArgs {
   ModelArgs m;
   MediaArgs media;
+  SplitArgs split;
   std::string out;
 };
 
-int run_logits(const LogitsArgs& a) {
-  auto s = open_session(a.m, true);
+int logits_main(const LogitsArgs& a, Ranks& ranks) {
+  if (ranks.split() && a.media.given())
+    return fail("--split layer with --image is not built yet (give one or the other)");
+  auto s = open_session(a.m, true, &ranks);
   if (!s) return fail(s.status().message());
   Session& sess = **s;
+  if (ranks.follower()) {
+    Status st = follow_steps(sess);
+    return st ? 0 : fail(fmt::format("rank {}: {}", ranks.rank(), st.message()));
+  }
   MediaStats ms;
   auto in = prompt_input(sess, a.m, a.media, 0, &ms);
   if (!in) return fail(in.status().message());
@@ -49,6 +57,11 @@ int run_logits(const LogitsArgs& a) {
   j["layout"] = "float32 little-endian [n_tokens][n_vocab]; row i = logits after token i";
   j["cache_type_k"] = a.m.cache_type_k;
   j["cache_type_v"] = a.m.cache_type_v;
+  if (ranks.split()) {
+    j["split"] = "layer";
+    j["ranks"] = ranks.size();
+    j["layer_bounds"] = ranks.bounds;  // rank r ran blocks [bounds[r], bounds[r + 1])
+  }
   if (mp) {
     // Image positions hold embeddings, not tokens: their token_ids entries
     // are the negative keys prefix reuse matches on (media_prompt.h).
@@ -69,6 +82,12 @@ int run_logits(const LogitsArgs& a) {
   return 0;
 }
 
+int run_logits(const LogitsArgs& a) {
+  auto r = open_ranks(a.split, a.m.model);
+  if (!r) return fail_launch(r.status());
+  return finish_ranks(**r, logits_main(a, **r));
+}
+
 }  // namespace
 
 Runner add_logits(CLI::App& app) {
@@ -76,6 +95,7 @@ Runner add_logits(CLI::App& app) {
   auto* sub = app.add_subcommand("logits", "Write the logits of every prompt position (float32)");
   add_model_flags(sub, a->m, true, true);
   add_media_flags(sub, a->media);
+  add_split_flags(sub, a->split);
   sub->add_option("-o,--output", a->out, "output .f32 file (a .json sidecar is written beside it)")
       ->required();
   return [a] { return run_logits(*a); };

@@ -303,7 +303,8 @@ Runner add_plan(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   sub->add_option("--devices", a->devices,
                   "device memory sizes, comma-separated (16G,12G); default: this machine's RAM");
-  sub->add_option("--split", a->split, "how the model is split over devices: layer or row")
+  sub->add_option("--split", a->split,
+                  "how the model is split over devices: layer or tensor (alias row)")
       ->capture_default_str();
   sub->add_option("--ratio", a->ratio, "share of each device (2,1.5); default: by size");
   sub->add_option("--headroom", a->headroom, "memory kept free on each device")

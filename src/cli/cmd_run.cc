@@ -9,6 +9,7 @@
 #include "cli/file_io.h"
 #include "cli/media_input.h"
 #include "cli/model_session.h"
+#include "cli/ranks.h"
 #include "cli/spec_flags.h"
 #include "engine/api.h"
 #include "grammar/constraint.h"
@@ -26,6 +27,7 @@ struct RunArgs {
   bool ignore_eos = false;
   SpecArgs spec;  // with --spec, generation runs in the engine (one sequence)
   MediaArgs media;  // --mmproj / --image
+  SplitArgs split;  // --split layer over mpirun ranks
   // Structured output (docs/structured_output.md): at most one of these.
   std::string grammar, grammar_file, json_schema, json_schema_file;
 };
@@ -154,16 +156,22 @@ int run_engine(const RunArgs& a, const spec::Config& sc, std::vector<int32_t> id
   return 0;
 }
 
-int run_run(RunArgs a) {
+int run_main(RunArgs a, Ranks& ranks) {
   Status valid = sampling::validate(a.sc);
   if (!valid) return fail(valid.message());
   auto g = constraint_grammar(a);
   if (!g) return fail(g.status().message());
   auto spec = spec_config(a.spec);
   if (!spec) return fail("run: " + spec.status().message());
-  auto s = open_session(a.m, !spec->enabled());
+  if (ranks.split() && (spec->enabled() || a.media.given()))
+    return fail("--split layer with --spec or --image is not built yet (give one or the other)");
+  auto s = open_session(a.m, !spec->enabled(), &ranks);
   if (!s) return fail(s.status().message());
   Session& sess = **s;
+  if (ranks.follower()) {
+    Status st = follow_steps(sess);
+    return st ? 0 : fail(fmt::format("rank {}: {}", ranks.rank(), st.message()));
+  }
   if (*g) {
     auto c = std::make_shared<grammar::GrammarConstraint>(
         *g, grammar::TokenVocab::from_tokenizer(*sess.tok));
@@ -234,6 +242,12 @@ int run_run(RunArgs a) {
   return 0;
 }
 
+int run_run(const RunArgs& a) {
+  auto r = open_ranks(a.split, a.m.model);
+  if (!r) return fail_launch(r.status());
+  return finish_ranks(**r, run_main(a, **r));
+}
+
 }  // namespace
 
 Runner add_run(CLI::App& app) {
@@ -258,6 +272,7 @@ Runner add_run(CLI::App& app) {
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
   add_spec_flags(sub, a->spec);
   add_media_flags(sub, a->media);
+  add_split_flags(sub, a->split);
   sub->add_option("--grammar", a->grammar, "constrain the output to this GBNF grammar");
   sub->add_option("--grammar-file", a->grammar_file, "... read from a file");
   sub->add_option("-j,--json-schema", a->json_schema, "constrain the output to this JSON schema");

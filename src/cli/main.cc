@@ -25,7 +25,7 @@ std::vector<std::string> expand_llama_cpp_aliases(int argc, char** argv) {
       {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch-size"},
       {"-np", "--parallel"},      {"-fa", "--flash-attn"},    {"-ngl", "--n-gpu-layers"},
       {"-ctkd", "--cache-type-k-draft"}, {"-ctvd", "--cache-type-v-draft"},
-      {"-md", "--draft-model"},
+      {"-md", "--draft-model"},   {"-sm", "--split-mode"},    {"-ts", "--tensor-split"},
   };
   std::vector<std::string> out;
   for (int i = 0; i < argc; ++i) {

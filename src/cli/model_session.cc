@@ -66,8 +66,9 @@ Expected<int64_t> kv_budget_bytes(const ModelArgs& a) {
   return static_cast<int64_t>(b);
 }
 
-Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_cache) {
+Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_cache, Ranks* ranks) {
   auto s = std::make_unique<Session>();
+  s->ranks = ranks;
   SUSTAIN_ASSIGN_OR_RETURN(s->model, Model::load(a.model));
   SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(s->model->file()));
   s->tok.emplace(std::move(tok));
@@ -75,7 +76,9 @@ Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_ca
   if (!with_cache) return s;
   SUSTAIN_ASSIGN_OR_RETURN(QType kt, kv_type(a.cache_type_k, "--cache-type-k"));
   SUSTAIN_ASSIGN_OR_RETURN(QType vt, kv_type(a.cache_type_v, "--cache-type-v"));
-  const kv::KvGeometry g = s->model->kv_geometry(kt, vt);
+  const kv::KvGeometry g = ranks && ranks->split()
+                               ? s->model->stage_kv_geometry(ranks->stage, kt, vt)
+                               : s->model->kv_geometry(kt, vt);
   SUSTAIN_ASSIGN_OR_RETURN(int64_t budget, kv_budget_bytes(a));
   if (budget > 0) {
     const int64_t fit = budget / static_cast<int64_t>(g.page_bytes()) * g.page_tokens;
@@ -125,8 +128,11 @@ Expected<std::vector<int32_t>> tokenize_prompt(const Session& s, const ModelArgs
   return ids;
 }
 
-Status feed(Session& s, kv::PageTable& table, const std::vector<int32_t>& tokens, int64_t batch,
-            std::vector<float>* all_logits, std::vector<float>* last_logits) {
+namespace {
+
+// feed() on this rank alone (its stage, when split).
+Status feed_local(Session& s, kv::PageTable& table, const std::vector<int32_t>& tokens,
+                  int64_t batch, std::vector<float>* all_logits, std::vector<float>* last_logits) {
   const int64_t n_vocab = s.model->config().n_vocab;
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (all_logits) all_logits->assign(static_cast<size_t>(n * n_vocab), 0.0f);
@@ -148,9 +154,40 @@ Status feed(Session& s, kv::PageTable& table, const std::vector<int32_t>& tokens
     } else if (b1 == n) {
       out = last_logits->data();
     }
-    SUSTAIN_TRY(s.model->forward(b, *s.cache, s.ws, *s.pool, out));
+    SUSTAIN_TRY(s.model->forward(b, *s.cache, s.ws, *s.pool, out, nullptr, nullptr, s.stage()));
   }
+  if (s.ranks) SUSTAIN_TRY(gather_logits(*s.ranks, all_logits ? all_logits : last_logits));
   return Status::ok();
+}
+
+}  // namespace
+
+Status feed(Session& s, kv::PageTable& table, const std::vector<int32_t>& tokens, int64_t batch,
+            std::vector<float>* all_logits, std::vector<float>* last_logits) {
+  if (s.ranks && s.ranks->size() > 1) {
+    Step step;
+    step.all_logits = all_logits != nullptr;
+    step.batch = batch;
+    step.tokens = tokens;
+    s.ranks->in_step = true;  // a failure from here on leaves followers mid-step
+    SUSTAIN_TRY(broadcast_step(*s.ranks, step));
+    SUSTAIN_TRY(feed_local(s, table, tokens, batch, all_logits, last_logits));
+    s.ranks->in_step = false;
+    return Status::ok();
+  }
+  return feed_local(s, table, tokens, batch, all_logits, last_logits);
+}
+
+Status follow_steps(Session& s) {
+  kv::PageTable table;
+  std::vector<float> logits;
+  while (true) {
+    Step step;
+    SUSTAIN_TRY(broadcast_step(*s.ranks, step));
+    if (step.stop) return Status::ok();
+    SUSTAIN_TRY(feed_local(s, table, step.tokens, step.batch, step.all_logits ? &logits : nullptr,
+                           step.all_logits ? nullptr : &logits));
+  }
 }
 
 }  // namespace sustain::cli

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/thread_pool.h"
+#include "cli/ranks.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -55,11 +56,17 @@ struct Session {
   Workspace ws;
   Batch batch;  // reused by feed(): no allocation per generated token
   int64_t ctx = 0;
+  // With --split: the job's ranks; the cache holds only this rank's blocks
+  // and feed() runs rank 0's steps on every rank.
+  Ranks* ranks = nullptr;
+  const PipelineStage* stage() const { return ranks && ranks->split() ? &ranks->stage : nullptr; }
 };
 
 // Loads the model and tokenizer; with `with_cache`, also the KV cache of
-// args.ctx tokens, the thread pool and the workspace.
-Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_cache);
+// args.ctx tokens (of this rank's blocks, with `ranks` split), the thread
+// pool and the workspace.
+Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_cache,
+                                                Ranks* ranks = nullptr);
 
 // The prompt text from -p or -f (exactly one), validated as UTF-8 by the tokenizer.
 Expected<std::string> prompt_text(const ModelArgs& a);
@@ -72,7 +79,13 @@ Expected<std::vector<int32_t>> tokenize_prompt(const Session& s, const ModelArgs
 // Runs `tokens` through the model at positions [table.n_tokens, ...),
 // `batch` tokens per forward call. Logits of every token go to `all_logits`
 // (if given), else only the last token's go to `last_logits`.
+// Over several ranks, rank 0 calls this: the step goes to every rank first
+// and the logits come back from the last.
 Status feed(Session& s, kv::PageTable& table, const std::vector<int32_t>& tokens, int64_t batch,
             std::vector<float>* all_logits, std::vector<float>* last_logits);
+
+// A rank other than 0: runs every step rank 0 broadcasts, on its own stage
+// and its own KV of the one sequence, until rank 0 says stop.
+Status follow_steps(Session& s);
 
 }  // namespace sustain::cli

@@ -298,11 +298,48 @@ Status Model::forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& 
   return Status::ok();
 }
 
+kv::KvGeometry Model::stage_kv_geometry(PipelineStage& stage, QType k_type, QType v_type,
+                                        int page_tokens) const {
+  kv::KvGeometry g = kv_geometry(k_type, v_type, page_tokens);
+  int before = 0, own = 0;
+  for (int b = 0; b < static_cast<int>(cfg_.n_layer); ++b) {
+    const bool kv = cfg_.kv_layer(static_cast<uint32_t>(b)) >= 0;
+    before += kv && b < stage.layer_begin;
+    own += kv && b >= stage.layer_begin && b < stage.layer_end;
+  }
+  stage.kv_layer_begin = before;
+  g.n_layer = own;
+  return g;
+}
+
 Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, ThreadPool& pool,
-                      float* logits, float* hidden, float* hidden_all) const {
+                      float* logits, float* hidden, float* hidden_all,
+                      const PipelineStage* stage) const {
   SUSTAIN_TRY(check_batch(cfg_, batch));
   if (hidden && !logits)
     return error(Code::kInvalidArgument, "forward: hidden states come with logits");
+  if (stage) {
+    if (hidden || hidden_all)
+      return error(Code::kInvalidArgument, "forward: no hidden states from a pipeline stage");
+    // DeltaNet blocks keep per-sequence state whose slots a stage would
+    // have to renumber; not built yet.
+    if (cfg_.is_hybrid() || cfg_.n_nextn > 0)
+      return error(Code::kUnsupported, "{}: a layer split of a {} model is not built yet",
+                   file_.path(), arch_name(cfg_.arch));
+    const int n = static_cast<int>(cfg_.n_layer);
+    if (stage->layer_begin < 0 || stage->layer_end > n || stage->layer_begin >= stage->layer_end)
+      return error(Code::kInvalidArgument, "pipeline stage of blocks [{}, {}) of a {}-block model",
+                   stage->layer_begin, stage->layer_end, n);
+    if ((stage->layer_begin > 0 && !stage->recv) || (stage->layer_end < n && !stage->send))
+      return error(Code::kInvalidArgument, "pipeline stage [{}, {}) has no hand-off",
+                   stage->layer_begin, stage->layer_end);
+  }
+  // The stage is the workspace's for this call only.
+  struct StageScope {
+    Workspace& ws;
+    ~StageScope() { ws.stage = nullptr; }
+  } scope{ws};
+  ws.stage = stage;
   // Process in workspace-sized chunks; a token's K/V is in the cache before
   // any later chunk attends to it.
   const int64_t n = static_cast<int64_t>(batch.tokens.size());

@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "model/arch_config.h"
 #include "model/batch.h"
+#include "model/stage.h"
 
 namespace sustain {
 
@@ -73,6 +74,9 @@ struct Workspace {
   // expert_rows lists the (token, slot) pairs routed to each expert, expert
   // by expert; expert e's run is [expert_start[e], expert_start[e + 1]).
   std::vector<int32_t> expert_id, expert_rows, expert_start, expert_next;
+  // The pipeline stage of the forward call in progress (null: the whole
+  // model); set by Model::forward for the call's duration.
+  const PipelineStage* stage = nullptr;
 };
 
 class Model {
@@ -103,8 +107,19 @@ class Model {
   // block takes as input. `hidden_all` (optional, logits or not): the same
   // for every token of the batch, in batch order [n_tokens × n_embd] (the
   // MTP proposer feeds its block every position).
+  // `stage` (optional): run only that pipeline stage's blocks over a cache
+  // of stage_kv_geometry(); the first stage embeds, the others receive the
+  // residual stream, the last computes the logits, the others send it on.
+  // Every stage is called with the same batch and workspace size, so their
+  // chunks match. Not with hidden / hidden_all, nor for hybrid models yet.
   Status forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, ThreadPool& pool,
-                 float* logits, float* hidden = nullptr, float* hidden_all = nullptr) const;
+                 float* logits, float* hidden = nullptr, float* hidden_all = nullptr,
+                 const PipelineStage* stage = nullptr) const;
+
+  // The KV geometry of a stage's cache: only the layers of blocks
+  // [layer_begin, layer_end); kv_layer_begin is set to match.
+  kv::KvGeometry stage_kv_geometry(PipelineStage& stage, QType k_type = QType::F16,
+                                   QType v_type = QType::F16, int page_tokens = 32) const;
 
   // The model's MTP / NextN block (qwen35; kUnsupported for a model without
   // one): token t of the batch with h_prev row t — the `hidden` of the

@@ -48,6 +48,32 @@ void embed(const Model& m, TokenSpan s, Workspace& ws) {
   }
 }
 
+int stage_begin(const Workspace& ws) {
+  return ws.stage ? ws.stage->layer_begin : 0;
+}
+
+int stage_end(const Model& m, const Workspace& ws) {
+  return ws.stage ? ws.stage->layer_end : static_cast<int>(m.config().n_layer);
+}
+
+Status stage_input(const Model& m, TokenSpan s, Workspace& ws, float embd_scale) {
+  const int64_t d = m.config().n_embd;
+  if (stage_begin(ws) > 0) return ws.stage->recv(ws.x.data(), s.size() * d);
+  embed(m, s, ws);
+  if (embd_scale != 1.0f)
+    for (int64_t i = 0; i < s.size(); ++i)
+      if (s[i].embd == nullptr)
+        for (int64_t j = 0; j < d; ++j) ws.x[i * d + j] *= embd_scale;
+  return Status::ok();
+}
+
+Status stage_output(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits) {
+  if (stage_end(m, ws) < static_cast<int>(m.config().n_layer))
+    return ws.stage->send(ws.x.data(), s.size() * m.config().n_embd);
+  output_head(m, s, ws, pool, logits);
+  return Status::ok();
+}
+
 namespace {
 
 void norm_rows(const float* x, const std::vector<float>& w, float* y, int64_t rows, int64_t n,
@@ -69,7 +95,9 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
   const int64_t T = s.size(), d = c.n_embd;
   const int64_t qd = c.q_dim(), kd = c.k_dim(), vd = c.v_dim();
 
-  const int kvl = o.kv_layer >= 0 ? o.kv_layer : layer;
+  // A pipeline stage's cache holds only its own blocks' layers.
+  const int kvl =
+      (o.kv_layer >= 0 ? o.kv_layer : layer) - (ws.stage ? ws.stage->kv_layer_begin : 0);
   norm_rows(ws.x.data(), L.attn_norm, ws.cur.data(), T, d, c.rms_eps);
   if (o.out_gate) {
     // Per head h: outputs [2h·hd, 2h·hd + hd) are its query, the next hd its gate.

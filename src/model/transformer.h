@@ -26,6 +26,17 @@ kernels::RopeParams rope_params(const ArchConfig& c, const ModelWeights& w, bool
 // ws.x[t] = embedding row of token t.
 void embed(const Model& m, TokenSpan s, Workspace& ws);
 
+// The blocks this forward computes, [stage_begin, stage_end): all of them,
+// or those of the pipeline stage in ws.stage (model/stage.h).
+int stage_begin(const Workspace& ws);
+int stage_end(const Model& m, const Workspace& ws);
+// The first stage embeds (token rows times `embd_scale`, rows given as
+// embeddings as they are); a later stage receives the residual stream.
+Status stage_input(const Model& m, TokenSpan s, Workspace& ws, float embd_scale = 1.0f);
+// The last stage computes the logits (output_head); an earlier one sends the
+// residual stream on.
+Status stage_output(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits);
+
 struct AttnOptions {
   bool qkv_bias = false;  // qwen2
   bool qk_norm = false;   // qwen3: RMSNorm of each head of Q and K before RoPE

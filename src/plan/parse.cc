@@ -111,8 +111,9 @@ Expected<double> parse_percent(std::string_view s, std::string_view flag) {
 Expected<Split> parse_split(std::string_view s, std::string_view flag) {
   const std::string v = lower(trim(s));
   if (v == "layer") return Split::kLayer;
-  if (v == "row") return Split::kRow;
-  return error(Code::kInvalidArgument, "{} '{}' is not a split mode (layer or row)", flag, s);
+  // "row" is llama.cpp's name for the same split (its -sm row).
+  if (v == "tensor" || v == "row") return Split::kTensor;
+  return error(Code::kInvalidArgument, "{} '{}' is not a split mode (layer or tensor)", flag, s);
 }
 
 }  // namespace sustain::plan

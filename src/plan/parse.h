@@ -26,7 +26,7 @@ Expected<std::vector<double>> parse_number_list(std::string_view s, std::string_
 // A percentage, "15%" or "15", as a fraction in [0, 1): 0.15.
 Expected<double> parse_percent(std::string_view s, std::string_view flag);
 
-// "layer" or "row".
+// "layer" or "tensor" ("row", llama.cpp's name, is accepted for tensor).
 Expected<Split> parse_split(std::string_view s, std::string_view flag);
 
 }  // namespace sustain::plan

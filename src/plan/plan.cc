@@ -31,22 +31,6 @@ int layer_of(const std::string& name) {
   return static_cast<int>(v);
 }
 
-// Splits `total` items over devices in proportion to `ratios`: device d gets
-// [bounds[d], bounds[d + 1]), boundaries rounded from the cumulative shares.
-std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& ratios) {
-  double sum = 0.0;
-  for (double r : ratios) sum += r;
-  std::vector<int64_t> b(ratios.size() + 1, 0);
-  double cum = 0.0;
-  for (size_t d = 0; d + 1 < ratios.size(); ++d) {
-    cum += ratios[d];
-    b[d + 1] =
-        std::clamp<int64_t>(std::llround(static_cast<double>(total) * cum / sum), b[d], total);
-  }
-  b.back() = total;
-  return b;
-}
-
 struct Layout {
   std::vector<DeviceUse> dev;
   size_t logits_dev = 0;
@@ -71,8 +55,22 @@ const char* group_name(Group g) {
   return "?";
 }
 
+std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& ratios) {
+  double sum = 0.0;
+  for (double r : ratios) sum += r;
+  std::vector<int64_t> b(ratios.size() + 1, 0);
+  double cum = 0.0;
+  for (size_t d = 0; d + 1 < ratios.size(); ++d) {
+    cum += ratios[d];
+    b[d + 1] =
+        std::clamp<int64_t>(std::llround(static_cast<double>(total) * cum / sum), b[d], total);
+  }
+  b.back() = total;
+  return b;
+}
+
 const char* split_name(Split s) {
-  return s == Split::kRow ? "row" : "layer";
+  return s == Split::kTensor ? "tensor" : "layer";
 }
 
 Group classify_tensor(const std::string& name, bool in_weight_table) {
@@ -197,19 +195,19 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   }
   const size_t n_dev = L.dev.size();
   const size_t last = n_dev - 1;
-  const bool row = in.split == Split::kRow && n_dev > 1;
+  const bool row = in.split == Split::kTensor && n_dev > 1;
   std::vector<double> ratios;
   for (const Device& dv : in.devices) ratios.push_back(dv.ratio);
   if (ratios.empty()) ratios.push_back(1.0);
 
-  // Layers (layer split) and KV heads (row split) per device.
+  // Layers (layer split) and KV heads (tensor split) per device.
   const std::vector<int64_t> lb =
       row ? std::vector<int64_t>{0, c.n_layer} : split_bounds(c.n_layer, ratios);
   const std::vector<int64_t> hb =
       row ? split_bounds(c.n_head_kv, ratios) : std::vector<int64_t>{0, c.n_head_kv};
   const uint64_t kv_row = g.k_row_bytes() + g.v_row_bytes();
   // Hybrid models: only full-attention blocks keep KV, DeltaNet blocks keep
-  // a state per sequence (split by value heads under a row split).
+  // a state per sequence (split by value heads under a tensor split).
   const std::vector<int64_t> vb =
       row ? split_bounds(c.ssm_n_v_heads, ratios) : std::vector<int64_t>{0, c.ssm_n_v_heads};
   const uint64_t conv_layer =
@@ -227,7 +225,7 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
     }
     u.kv_bytes_per_token = kv_layers * uint64_t(u.kv_heads) * kv_row;
     if (c.is_hybrid()) {
-      // Conv rows stay whole on device 0 under a row split (they are small).
+      // Conv rows stay whole on device 0 under a tensor split (they are small).
       const uint64_t heads = row ? static_cast<uint64_t>(vb[d + 1] - vb[d]) : c.ssm_n_v_heads;
       const uint64_t conv = row && d != 0 ? 0 : conv_layer;
       u.state_per_sequence = state_layers * (conv + heads * ssm_head) * sizeof(float);
@@ -283,7 +281,7 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
       step = t.bytes / static_cast<uint64_t>(t.shape[0]);
     const int layer = layer_of(t.name);
     if (layer >= 0 && row && t.shape.size() == 2 && t.shape[0] > 0) {
-      // Row split: each device holds its share of every matrix's rows.
+      // Tensor split: each device holds its share of every matrix's rows.
       const std::vector<int64_t> rb = split_bounds(t.shape[0], ratios);
       const uint64_t row_bytes = t.bytes / static_cast<uint64_t>(t.shape[0]);
       uint64_t placed = 0;
@@ -378,7 +376,7 @@ std::vector<int64_t> speed_contexts(int64_t max_ctx, int64_t n_ctx) {
 void speed_curve(const PlanInput& in, const Layout& L, Plan& p) {
   for (const DeviceUse& u : L.dev)
     if (!(u.bandwidth_gbps > 0.0)) return;
-  const bool row = in.split == Split::kRow && L.dev.size() > 1;
+  const bool row = in.split == Split::kTensor && L.dev.size() > 1;
   auto step_seconds = [&](int64_t tokens_per_device_step, int64_t seqs_per_step,
                           uint64_t* bytes_total) {
     double t = 0.0;
@@ -389,7 +387,7 @@ void speed_curve(const PlanInput& in, const Layout& L, Plan& p) {
                          2 * u.state_per_sequence * uint64_t(seqs_per_step);
       total += b;
       const double s = static_cast<double>(b) / (u.bandwidth_gbps * 1e9);
-      // Layers run one device after another; row shards run side by side.
+      // Layers run one device after another; tensor shards run side by side.
       t = row ? std::max(t, s) : t + s;
     }
     if (bytes_total) *bytes_total = total;

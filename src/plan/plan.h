@@ -40,8 +40,16 @@ enum class Group { kTransformer, kProjector, kMtp, kOther };
 const char* group_name(Group g);  // "transformer", "projector", "mtp", "other"
 Group classify_tensor(const std::string& name, bool in_weight_table);
 
-enum class Split { kLayer, kRow };
-const char* split_name(Split s);  // "layer", "row"
+// layer: contiguous blocks per device (pipeline); tensor: every matrix split
+// by rows over the devices (llama.cpp's "row").
+enum class Split { kLayer, kTensor };
+const char* split_name(Split s);  // "layer", "tensor"
+
+// Splits `total` items over devices in proportion to `ratios` (each > 0):
+// device d gets [bounds[d], bounds[d + 1]), boundaries rounded from the
+// cumulative shares. The layer ranges `plan` prints and the ranges a
+// `--split layer` run computes both come from here.
+std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& ratios);
 
 struct Device {
   std::string name;             // "cpu", "dev0", ...
@@ -129,8 +137,8 @@ struct DeviceUse {
   uint64_t spec = 0;  // speculative decoding's draft weights, KV and workspace (first device)
   uint64_t total = 0;
   bool fits = false;
-  int layer_begin = 0, layer_end = 0;  // layers held (layer split; all for row split)
-  int kv_heads = 0;                    // KV heads held per layer (row split; all otherwise)
+  int layer_begin = 0, layer_end = 0;  // layers held (layer split; all for tensor split)
+  int kv_heads = 0;                    // KV heads held per layer (tensor split; all otherwise)
   double bandwidth_gbps = 0.0;
 };
 

@@ -191,15 +191,15 @@ std::string to_text(const PlanInput& in, const Plan& p, const std::string& sourc
                      in.headroom * 100));
     line(fmt::format("  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", "device",
                      "size", "usable", "weights", "KV", "state", "workspace", "total", "fits",
-                     in.split == Split::kRow ? "KV heads" : "layers"));
+                     in.split == Split::kTensor ? "KV heads" : "layers"));
     for (const DeviceUse& u : p.devices)
-      line(fmt::format("  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", u.name,
-                       format_bytes(u.capacity), format_bytes(u.usable), format_bytes(u.weights),
-                       format_bytes(u.kv), format_bytes(u.state), format_bytes(u.scratch),
-                       format_bytes(u.total), u.fits ? "yes" : "NO",
-                       in.split == Split::kRow
-                           ? fmt::format("{}", u.kv_heads)
-                           : fmt::format("{}-{}", u.layer_begin, u.layer_end - 1)));
+      line(fmt::format(
+          "  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:<6} {}", u.name,
+          format_bytes(u.capacity), format_bytes(u.usable), format_bytes(u.weights),
+          format_bytes(u.kv), format_bytes(u.state), format_bytes(u.scratch), format_bytes(u.total),
+          u.fits ? "yes" : "NO",
+          in.split == Split::kTensor ? fmt::format("{}", u.kv_heads)
+                                  : fmt::format("{}-{}", u.layer_begin, u.layer_end - 1)));
   }
   if (!p.speed.empty()) {
     std::string bw;

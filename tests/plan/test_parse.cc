@@ -71,7 +71,8 @@ TEST(PlanParse, PercentAndSplit) {
     EXPECT_NE(r.status().message().find("--headroom"), std::string::npos);
   }
   EXPECT_EQ(*plan::parse_split("layer", "--split"), plan::Split::kLayer);
-  EXPECT_EQ(*plan::parse_split("ROW", "--split"), plan::Split::kRow);
+  EXPECT_EQ(*plan::parse_split("ROW", "--split"), plan::Split::kTensor);
+  EXPECT_EQ(*plan::parse_split("tensor", "--split"), plan::Split::kTensor);
   auto s = plan::parse_split("diagonal", "--split");
   ASSERT_FALSE(s.has_value());
   EXPECT_NE(s.status().message().find("'diagonal'"), std::string::npos);

@@ -342,7 +342,7 @@ TEST(PlanSplit, LayerSplit) {
 TEST(PlanSplit, RowSplit) {
   plan::PlanInput in = preset_input("llama-3.1-8b", tools::FileType::kQ8_0);
   in.devices = {{"dev0", 16 * kGiB, 2.0, 0.0}, {"dev1", 12 * kGiB, 1.5, 0.0}};
-  in.split = plan::Split::kRow;
+  in.split = plan::Split::kTensor;
   in.n_ctx = 8192;
   const plan::Plan p = must_plan(in);
   ASSERT_EQ(p.devices.size(), 2u);

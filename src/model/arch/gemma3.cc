@@ -14,16 +14,12 @@ namespace sustain {
 Status forward_gemma3(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
                       ThreadPool& pool, float* logits) {
   const ArchConfig& c = m.config();
-  embed(m, s, ws);
   // Token embeddings are scaled by sqrt(n_embd) (in f32, as llama.cpp);
   // embeddings given directly (image tokens) are not.
-  const int64_t d = c.n_embd;
-  const float scale = std::sqrt(static_cast<float>(d));
-  for (int64_t i = 0; i < s.size(); ++i)
-    if (s[i].embd == nullptr)
-      for (int64_t j = 0; j < d; ++j) ws.x[i * d + j] *= scale;
+  SUSTAIN_TRY(stage_input(m, s, ws, std::sqrt(static_cast<float>(c.n_embd))));
   const FfnOptions f{.gelu = true, .post_norm = true};
-  for (uint32_t il = 0; il < c.n_layer; ++il) {
+  for (int b = stage_begin(ws); b < stage_end(m, ws); ++b) {
+    const auto il = static_cast<uint32_t>(b);
     AttnOptions o{.qkv_bias = false, .qk_norm = true, .neox = true, .post_norm = true};
     if (c.is_sliding(il)) {
       o.window = static_cast<int>(c.sliding_window);
@@ -32,8 +28,7 @@ Status forward_gemma3(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace
     attention_block(m, static_cast<int>(il), s, o, cache, ws, pool);
     ffn_block(m, static_cast<int>(il), s, ws, pool, f);
   }
-  output_head(m, s, ws, pool, logits);
-  return Status::ok();
+  return stage_output(m, s, ws, pool, logits);
 }
 
 }  // namespace sustain

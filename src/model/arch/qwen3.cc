@@ -6,14 +6,13 @@ namespace sustain {
 
 Status forward_qwen3(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
                      ThreadPool& pool, float* logits) {
-  embed(m, s, ws);
+  SUSTAIN_TRY(stage_input(m, s, ws));
   const AttnOptions o{.qkv_bias = false, .qk_norm = true, .neox = true};
-  for (int il = 0; il < static_cast<int>(m.config().n_layer); ++il) {
+  for (int il = stage_begin(ws); il < stage_end(m, ws); ++il) {
     attention_block(m, il, s, o, cache, ws, pool);
     ffn_block(m, il, s, ws, pool);
   }
-  output_head(m, s, ws, pool, logits);
-  return Status::ok();
+  return stage_output(m, s, ws, pool, logits);
 }
 
 }  // namespace sustain

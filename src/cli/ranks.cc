@@ -1,0 +1,152 @@
+#include "cli/ranks.h"
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "gguf/gguf.h"
+#include "model/arch_config.h"
+#include "plan/parse.h"
+#include "plan/plan.h"
+
+namespace sustain::cli {
+
+void add_split_flags(CLI::App* sub, SplitArgs& a) {
+  sub->add_option("--split,--split-mode", a.split,
+                  "run one model over the ranks of an mpirun job (alias -sm): none, layer "
+                  "(contiguous blocks per rank); tensor (alias row) is not built yet")
+      ->capture_default_str();
+  sub->add_option("--ratio,--tensor-split", a.ratio,
+                  "share of each rank, comma-separated (alias -ts; 2,1.5); default: even");
+}
+
+namespace {
+
+// `-sm none` or no flag; otherwise the plan's split kind.
+Expected<std::optional<plan::Split>> split_kind(const std::string& s) {
+  if (s.empty() || s == "none") return std::optional<plan::Split>();
+  SUSTAIN_ASSIGN_OR_RETURN(plan::Split k, plan::parse_split(s, "--split"));
+  return std::optional<plan::Split>(k);
+}
+
+}  // namespace
+
+int fail_launch(const Status& st) {
+  const int rank = dist::launch_from_env().rank;
+  return fail(rank > 0 ? fmt::format("rank {}: {}", rank, st.message()) : st.message());
+}
+
+Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::string& model_path) {
+  const dist::Launch launch = dist::launch_from_env();
+  SUSTAIN_ASSIGN_OR_RETURN(auto kind, split_kind(a.split));
+  auto r = std::make_unique<Ranks>();
+  if (!kind) {
+    if (!a.ratio.empty())
+      return error(Code::kInvalidArgument, "--ratio '{}' needs --split layer", a.ratio);
+    if (launch.size > 1)
+      return error(Code::kInvalidArgument,
+                   "started as {} ranks by a launcher (mpirun) but without --split: give --split "
+                   "layer to run one model over them, or start one process",
+                   launch.size);
+    r->comm = dist::local_comm();
+    return r;
+  }
+  if (*kind == plan::Split::kTensor)
+    return error(Code::kUnsupported,
+                 "--split {}: the tensor split is not built yet; use --split layer", a.split);
+  // A build without MPI refuses the flag even for one rank: what was asked
+  // for (a model over ranks) cannot happen, and saying so beats running alone.
+  if (!dist::mpi_built()) return dist::mpi_comm().status().with_context("--split " + a.split);
+
+  std::vector<double> shares(static_cast<size_t>(launch.size), 1.0);
+  if (!a.ratio.empty()) {
+    SUSTAIN_ASSIGN_OR_RETURN(shares, plan::parse_number_list(a.ratio, "--ratio"));
+    if (static_cast<int>(shares.size()) != launch.size)
+      return error(Code::kInvalidArgument, "--ratio '{}' has {} shares for {} rank{}", a.ratio,
+                   shares.size(), launch.size, launch.size == 1 ? "" : "s");
+  }
+  // Metadata only: the blocks to divide, before any weight is touched.
+  SUSTAIN_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(model_path));
+  SUSTAIN_ASSIGN_OR_RETURN(ArchConfig c, arch_config_from_gguf(f));
+  if (c.is_hybrid() || c.n_nextn > 0)
+    return error(Code::kUnsupported,
+                 "--split layer: {} models (recurrent blocks) are not split yet",
+                 arch_name(c.arch));
+  const auto n_layer = static_cast<int64_t>(c.n_layer);
+  if (launch.size > n_layer)
+    return error(Code::kInvalidArgument,
+                 "--split layer: {} ranks for a model of {} blocks; use at most {} ranks",
+                 launch.size, n_layer, n_layer);
+  r->bounds = plan::split_bounds(n_layer, shares);
+  for (int k = 0; k < launch.size; ++k)
+    if (r->bounds[k + 1] <= r->bounds[k]) {
+      std::string per;
+      for (int j = 0; j < launch.size; ++j)
+        per += fmt::format("{}{}", j ? ", " : "", r->bounds[j + 1] - r->bounds[j]);
+      return error(Code::kInvalidArgument,
+                   "--ratio '{}' leaves rank {} without a block of the model's {} (blocks per "
+                   "rank: {}); give it a larger share",
+                   a.ratio, k, n_layer, per);
+    }
+
+  if (launch.size > 1) {
+    SUSTAIN_ASSIGN_OR_RETURN(r->comm, dist::mpi_comm());
+    if (r->comm->size() != launch.size || r->comm->rank() != launch.rank)
+      return error(Code::kInternal, "MPI says rank {} of {}, the launcher said {} of {}",
+                   r->comm->rank(), r->comm->size(), launch.rank, launch.size);
+  } else {
+    r->comm = dist::local_comm();
+  }
+  const int me = r->comm->rank(), n = r->comm->size();
+  r->stage.layer_begin = static_cast<int>(r->bounds[me]);
+  r->stage.layer_end = static_cast<int>(r->bounds[me + 1]);
+  dist::Comm* comm = r->comm.get();
+  if (me > 0)
+    r->stage.recv = [comm, me](float* x, int64_t k) {
+      return comm->recv(me - 1, x, static_cast<size_t>(k) * sizeof(float));
+    };
+  if (me + 1 < n)
+    r->stage.send = [comm, me](const float* x, int64_t k) {
+      return comm->send(me + 1, x, static_cast<size_t>(k) * sizeof(float));
+    };
+  return r;
+}
+
+int finish_ranks(Ranks& r, int rc) {
+  if (r.size() <= 1) return rc;
+  if (rc != 0 && (r.follower() || r.in_step)) r.comm->abort(rc);
+  if (!r.follower() && !r.stopped) {
+    Step stop;
+    stop.stop = true;
+    if (Status st = broadcast_step(r, stop); !st) r.comm->abort(1);
+  }
+  return rc;
+}
+
+Status broadcast_step(Ranks& r, Step& s) {
+  if (r.size() <= 1) return Status::ok();
+  // [stop, all_logits, batch, tokens...]: int32 is enough, -b is at most 65536.
+  std::vector<int32_t> msg;
+  if (!r.follower()) {
+    msg = {s.stop, s.all_logits, static_cast<int32_t>(s.batch)};
+    msg.insert(msg.end(), s.tokens.begin(), s.tokens.end());
+  }
+  SUSTAIN_TRY(dist::broadcast_vector(*r.comm, msg, 0));
+  if (msg.size() < 3) return error(Code::kInternal, "a step message of {} words", msg.size());
+  s.stop = msg[0] != 0;
+  s.all_logits = msg[1] != 0;
+  s.batch = msg[2];
+  s.tokens.assign(msg.begin() + 3, msg.end());
+  if (s.stop) r.stopped = true;
+  return Status::ok();
+}
+
+Status gather_logits(Ranks& r, std::vector<float>* logits) {
+  const int last = r.size() - 1;
+  if (last == 0 || !logits) return Status::ok();
+  const size_t bytes = logits->size() * sizeof(float);
+  if (r.rank() == last) return r.comm->send(0, logits->data(), bytes);
+  if (r.rank() == 0) return r.comm->recv(last, logits->data(), bytes);
+  return Status::ok();
+}
+
+}  // namespace sustain::cli

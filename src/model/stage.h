@@ -1,0 +1,28 @@
+// A pipeline stage: the contiguous blocks one process computes when a model
+// is split by layers over several ranks (docs/split.md). The forward pass
+// runs only these blocks and hands the residual stream over through the two
+// callbacks, so model/ stays free of any transport; dist/ and the command
+// that owns the ranks supply them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "base/status.h"
+
+namespace sustain {
+
+struct PipelineStage {
+  // Blocks [layer_begin, layer_end) of the model's n_layer.
+  int layer_begin = 0, layer_end = 0;
+  // The KV cache of a stage holds only its own blocks' layers: the cache
+  // layer of block b is kv_layer(b) - kv_layer_begin.
+  int kv_layer_begin = 0;
+  // Not the first stage: fills x [n floats] with the residual stream the
+  // previous stage computed for this chunk of the batch.
+  std::function<Status(float* x, int64_t n)> recv;
+  // Not the last stage: hands the residual stream after layer_end - 1 on.
+  std::function<Status(const float* x, int64_t n)> send;
+};
+
+}  // namespace sustain

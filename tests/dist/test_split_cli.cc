@@ -1,0 +1,307 @@
+// `--split layer` end to end: the real binary under mpirun on loopback
+// (ranks oversubscribed on this machine's cores) against the same command on
+// one rank — logits, greedy and seeded text, refusals before loading, and a
+// rank killed mid-generation ending the job. Skipped where the build has no
+// MPI or mpirun was not found.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "dist/comm.h"
+#include "e2e/cli_runner.h"
+#include "test_util.h"
+
+namespace sustain::test {
+namespace {
+
+bool have_mpirun() {
+  return dist::mpi_built() && std::string(SUSTAIN_MPIEXEC).size() > 0;
+}
+
+#define SUSTAIN_REQUIRE_MPIRUN()                                             \
+  do {                                                                       \
+    SUSTAIN_REQUIRE_REF();                                                   \
+    if (!have_mpirun()) GTEST_SKIP() << "no MPI in this build or no mpirun"; \
+  } while (0)
+
+// mpirun as CI runs it: as root, more ranks than cores, no core binding
+// (other jobs share the cores), shared memory only (every rank is on this
+// host; the TCP transport measured 2-4x slower to start here), without
+// single-copy (containers often forbid the ptrace it needs); `timeout` turns
+// a hang into a failure.
+std::string mpirun(int np) {
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+         "OMPI_MCA_btl_vader_single_copy_mechanism=none timeout 120 " +
+         std::string(SUSTAIN_MPIEXEC) +
+         " --oversubscribe --bind-to none --mca btl self,vader -np " + std::to_string(np) + " ";
+}
+
+std::string model(const std::string& name) {
+  return ref_path("models/" + name + ".gguf");
+}
+
+const char* kPrompt = "'Once upon a time, there was a little girl who liked to'";
+
+struct Logits {
+  std::vector<float> v;
+  nlohmann::json side;
+};
+
+// `sustain logits` on np ranks (0: no mpirun) with `extra` flags.
+Logits logits(const std::string& m, int np, const std::string& extra, const std::string& tag) {
+  const std::string out = tmp_path("split_" + tag + "_" + std::to_string(getpid()) + ".f32");
+  const CliResult r =
+      run_cli("logits -m " + model(m) + " -p " + kPrompt + " -t 1 -o " + out + " " + extra,
+              np > 0 ? mpirun(np) : "");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  Logits l;
+  std::ifstream f(out, std::ios::binary | std::ios::ate);
+  if (!f) return l;
+  l.v.resize(static_cast<size_t>(f.tellg()) / sizeof(float));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(l.v.data()), static_cast<std::streamsize>(l.v.size() * 4));
+  std::ifstream js(out + ".json");
+  l.side = nlohmann::json::parse(js, nullptr, false);
+  std::filesystem::remove(out);
+  std::filesystem::remove(out + ".json");
+  return l;
+}
+
+struct SplitCase {
+  int np;
+  const char* ratio;  // "" for even shares
+};
+
+class SplitLogits : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SplitLogits, EqualOneRank) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  const std::string m = GetParam();
+  const Logits one = logits(m, 0, "", m + "_one");
+  ASSERT_FALSE(one.v.empty());
+  // Each launch costs mpirun's start (seconds on a loaded 2-core machine):
+  // two rank counts, even and uneven shares.
+  for (const SplitCase c : {SplitCase{2, ""}, SplitCase{2, "2,1.5"}, SplitCase{3, "2,1.5,1"}}) {
+    SCOPED_TRACE(fmt::format("{} ranks, ratio '{}'", c.np, c.ratio));
+    const std::string ratio = *c.ratio ? std::string(" --ratio ") + c.ratio : "";
+    const Logits split = logits(m, c.np, "--split layer" + ratio, m + "_split");
+    ASSERT_EQ(split.v.size(), one.v.size());
+    EXPECT_EQ(split.side["token_ids"], one.side["token_ids"]);
+    // Each rank runs the same kernels on the same rows: the only difference
+    // allowed is float reassociation noise.
+    float worst = 0.0f;
+    for (size_t i = 0; i < one.v.size(); ++i)
+      worst =
+          std::max(worst, std::fabs(split.v[i] - one.v[i]) / std::max(1.0f, std::fabs(one.v[i])));
+    EXPECT_LE(worst, 1e-5f);
+    // Contiguous, non-empty block ranges, one per rank.
+    const auto b = split.side["layer_bounds"].get<std::vector<int64_t>>();
+    ASSERT_EQ(b.size(), static_cast<size_t>(c.np + 1));
+    EXPECT_EQ(b.front(), 0);
+    for (size_t r = 0; r + 1 < b.size(); ++r) EXPECT_LT(b[r], b[r + 1]);
+    EXPECT_EQ(split.side["ranks"], c.np);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SplitLogits,
+                         ::testing::Values("tiny-llama-f32", "tiny-llama-Q4_K_M",
+                                           "tiny-qwen3-Q4_K_M", "tiny-gemma3-f32"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& ch : s)
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s;
+                         });
+
+TEST(SplitLogits, RatioSetsTheBoundaryAsPlanDoes) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  // stories260K has 5 blocks: shares 1,2 put round(5/3) = 2 on rank 0,
+  // 2,1.5 put round(5 · 2/3.5) = 3 there (plan's split_bounds).
+  EXPECT_EQ(logits("stories260K-f32", 2, "--split layer --ratio 1,2", "b12").side["layer_bounds"],
+            nlohmann::json::array({0, 2, 5}));
+  EXPECT_EQ(logits("stories260K-f32", 2, "-sm layer -ts 2,1.5", "b215").side["layer_bounds"],
+            nlohmann::json::array({0, 3, 5}));
+}
+
+std::string run_text(const std::string& m, int np, const std::string& extra) {
+  const CliResult r = run_cli("run -m " + model(m) + " -p " + kPrompt + " -n 24 -t 1 " + extra,
+                              np > 0 ? mpirun(np) : "");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.out;
+}
+
+TEST(SplitRun, GreedyAndSeededTextIsIdentical) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  const std::string m = "tiny-llama-Q4_K_M";
+  const std::string greedy = run_text(m, 0, "--temp 0");
+  ASSERT_FALSE(greedy.empty());
+  EXPECT_EQ(run_text(m, 2, "--temp 0 --split layer --ratio 2,1.5"), greedy);
+  EXPECT_EQ(run_text(m, 3, "--temp 0 --split layer"), greedy);
+  const std::string seeded = run_text(m, 0, "--temp 0.9 -s 7");
+  EXPECT_EQ(run_text(m, 2, "--temp 0.9 -s 7 --split layer"), seeded);
+  const std::string q = "tiny-qwen3-Q4_K_M";
+  EXPECT_EQ(run_text(q, 2, "--temp 0 -sm layer -ts 1,2"), run_text(q, 0, "--temp 0"));
+}
+
+// A split that cannot be made is refused before loading, naming the flag.
+// These checks read the launch from the environment before MPI starts, so
+// all but the first case set OpenMPI's variables themselves rather than pay
+// for an mpirun start each.
+TEST(SplitRun, BadSplitsAreRefusedNamingTheFlag) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  const std::string base = "run -m " + model("tiny-llama-Q4_K_M") + " -p hi -n 2 -t 1 ";
+  const CliResult real = run_cli(base, mpirun(2));
+  EXPECT_NE(real.exit_code, 0);
+  EXPECT_NE(real.err.find("without --split"), std::string::npos) << real.err;
+  const struct {
+    int np;
+    const char* flags;
+    const char* says;
+  } cases[] = {
+      {2, "--split layer --ratio 2,1,1", "--ratio '2,1,1' has 3 shares for 2 ranks"},
+      {2, "--split layer --ratio 2,x", "--ratio"},
+      {2, "--split layer --ratio 100,1", "leaves rank 1 without a block"},
+      {4, "--split layer", "4 ranks for a model of 3 blocks"},
+      {2, "--split tensor", "not built yet"},
+      {2, "--split diagonal", "--split 'diagonal'"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.flags);
+    const CliResult r =
+        run_cli(base + c.flags,
+                "env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=" + std::to_string(c.np) + " ");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+  }
+}
+
+// An error on rank 0 after the ranks started (the prompt does not fit):
+// rank 0 tells the followers to stop, and the job ends with its message.
+TEST(SplitRun, RankZeroErrorEndsTheJob) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  const CliResult r = run_cli(
+      "run -m " + model("tiny-llama-Q4_K_M") + " -p " + kPrompt + " -c 4 -t 1 --split layer",
+      mpirun(2));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("raise -c"), std::string::npos) << r.err;
+}
+
+// One process, --split layer: the stage path over every block.
+TEST(SplitRun, OneRankSplitEqualsNoSplit) {
+  SUSTAIN_REQUIRE_REF();
+  if (!dist::mpi_built()) GTEST_SKIP() << "this build has no MPI";
+  const std::string m = "tiny-llama-Q4_K_M";
+  EXPECT_EQ(run_text(m, 0, "--temp 0 --split layer"), run_text(m, 0, "--temp 0"));
+}
+
+TEST(SplitRun, WithoutMpiTheSplitIsRefused) {
+  SUSTAIN_REQUIRE_REF();
+  if (dist::mpi_built()) GTEST_SKIP() << "this build has MPI";
+  const CliResult r = run_cli("run -m " + model("tiny-llama-Q4_K_M") + " -p hi -n 2 --split layer");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("has no MPI"), std::string::npos) << r.err;
+}
+
+// The process of rank `rank` among the children of `parent`, or -1.
+pid_t child_rank(pid_t parent, int rank) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string pid, comm, state;
+    pid_t ppid = 0;
+    if (!(stat >> pid >> comm >> state >> ppid) || ppid != parent) continue;
+    std::ifstream env(e.path() / "environ", std::ios::binary);
+    std::string var;
+    while (std::getline(env, var, '\0'))
+      if (var == want) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+// Whether `pid` has ended (or is a zombie awaiting its reaper) within 2 s.
+bool gone_soon(pid_t pid) {
+  for (int i = 0; i < 40; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string p, comm, state;
+    if (!(stat >> p >> comm >> state) || state == "Z" || state == "X") return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// SIGKILL of rank 1 during a long generation: the job ends, non-zero, within
+// 10 s, and rank 0 is gone with it — nothing waits on the dead rank.
+TEST(SplitFaults, KilledRankEndsTheJob) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  const std::string out = tmp_path("kill_out_" + std::to_string(getpid()) + ".txt");
+  const std::string err = tmp_path("kill_err_" + std::to_string(getpid()) + ".txt");
+  const std::string cmd =
+      "exec " + mpirun(2) + SUSTAIN_BINARY + " run -m " + model("tiny-llama-Q4_K_M") + " -p " +
+      kPrompt + " -n -1 -c 200000 --ignore-eos -t 1 --split layer </dev/null >" + out + " 2>" + err;
+  const pid_t job = fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // `exec` makes `timeout` the child; mpirun is its child, the ranks mpirun's.
+  auto kill_job = [&] { kill(-job, SIGKILL); };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  pid_t rank0 = -1, rank1 = -1;
+  while (std::chrono::steady_clock::now() < until) {
+    // Wait until text streams: every rank is in the generation loop.
+    std::error_code ec;
+    if (std::filesystem::file_size(out, ec) > 16) {
+      for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        const std::string name = e.path().filename();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        const pid_t p = static_cast<pid_t>(std::stol(name));
+        if (rank1 < 0) rank1 = child_rank(p, 1);
+        if (rank0 < 0) rank0 = child_rank(p, 0);
+      }
+      if (rank0 > 0 && rank1 > 0) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (rank0 < 0 || rank1 < 0) kill_job();
+  ASSERT_GT(rank1, 0) << "rank 1 never appeared or never generated";
+  ASSERT_EQ(kill(rank1, SIGKILL), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(job, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (done == 0) {
+    kill_job();
+    waitpid(job, &status, 0);
+  }
+  EXPECT_EQ(done, job) << "the job still ran 15 s after rank 1 was killed";
+  EXPECT_LT(secs, 10.0);
+  EXPECT_TRUE(!WIFEXITED(status) || WEXITSTATUS(status) != 0) << "the job exited 0";
+  EXPECT_TRUE(gone_soon(rank0)) << "rank 0 outlived the job by 2 s";
+  std::ifstream e(err);
+  std::stringstream ss;
+  ss << e.rdbuf();
+  // mpirun's own report names the rank that died.
+  EXPECT_NE(ss.str().find("rank 1"), std::string::npos) << ss.str();
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+}
+
+}  // namespace
+}  // namespace sustain::test
