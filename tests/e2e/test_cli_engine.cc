@@ -135,6 +135,10 @@ TEST(CliRun, SpeculativeFlagsAreChecked) {
       {"--spec draft -md /nonexistent/draft.gguf", "/nonexistent/draft.gguf"},
       {"--spec mtp", "no MTP/NextN block"},
       {"--spec ngram --draft-p-min 2", "--draft-p-min"},
+      {"--spec oracle:1.5", "oracle:1.5"},
+      {"--spec oracle", "oracle:0.8"},
+      {"--spec ngram --spec-gate maybe", "--spec-gate"},
+      {"--spec ngram --spec-ngram-pool-mb -1", "--spec-ngram-pool-mb"},
   };
   for (const auto& c : cases) {
     auto r = run_cli(m + " " + c.flags);

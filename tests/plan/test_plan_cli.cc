@@ -167,6 +167,10 @@ TEST(PlanCli, FlagErrors) {
       {"--preset qwen3-4b --bandwidth 100,200", "--bandwidth '100,200'"},
       {"--preset qwen3.5-27b --extra-bytes 12Q", "--extra-bytes '12Q'"},
       {"--preset qwen3.5-27b --extra-bytes -5", "--extra-bytes '-5'"},
+      {"--preset qwen3-4b --spec draft", "--spec draft needs --draft-model"},
+      {"--preset qwen3-4b --spec mtp", "no MTP/NextN block"},
+      {"--preset qwen3-4b --spec draft -md /nonexistent/draft.gguf", "/nonexistent/draft.gguf"},
+      {"--preset qwen3-4b --spec ngram --draft-max 40", "--draft-max"},
   };
   for (const Case& c : cases) {
     const CliResult r = run_cli(std::string("plan ") + c.args);
