@@ -4,7 +4,8 @@
 // than we do: it skips PNG chunk CRCs, reads past the end of a JPEG as
 // zeros, and (2.27) builds a Huffman table of any size into a fixed array. So
 // the container is checked here first (PNG chunks and CRCs; JPEG segments
-// from SOI to EOI, Huffman tables included), and the pixel count is checked
+// from SOI to EOI, Huffman tables included, and that a scan decodes only
+// with tables defined before it), and the pixel count is checked
 // from the header before stb_image allocates anything. stb_image itself is
 // compiled in stb_decode.cc, where its assertions are errors.
 #include "vision/image.h"
@@ -83,8 +84,10 @@ uint16_t be16(const uint8_t* p) {
 }
 
 // One DHT segment's tables: class 0 or 1, id 0 to 3, and at most 256 codes
-// each (a table over 256 writes past stb_image 2.27's arrays).
-Status check_dht(const uint8_t* p, size_t n, size_t off, const std::string& what) {
+// each (a table over 256 writes past stb_image 2.27's arrays). Marks each
+// table it defines in `defined[class][id]`.
+Status check_dht(const uint8_t* p, size_t n, size_t off, const std::string& what,
+                 bool (&defined)[2][4]) {
   while (n > 0) {
     if (n < 17)
       return error(Code::kBadFile, "{}: corrupt JPEG: Huffman table at offset {} is cut off", what,
@@ -104,6 +107,7 @@ Status check_dht(const uint8_t* p, size_t n, size_t off, const std::string& what
     if (n - 17 < codes)
       return error(Code::kBadFile, "{}: corrupt JPEG: Huffman table at offset {} is cut off", what,
                    off);
+    defined[tc][th] = true;
     p += 17 + codes;
     off += 17 + codes;
     n -= 17 + codes;
@@ -115,6 +119,37 @@ bool is_rst(uint8_t m) {
   return m >= 0xd0 && m <= 0xd7;
 }
 
+// A scan header (SOS) names, per component, the Huffman tables its data is
+// decoded with. stb_image 2.27 does not check that a DHT defined them and
+// would decode with whatever its freshly allocated tables hold, so every
+// table the scan will read must have been defined before it: the DC table
+// for a first DC pass (Ss = 0, Ah = 0; a baseline scan is one), the AC table
+// for a scan with AC coefficients (Se > 0). A DC refinement pass reads no
+// table. `p` and `n` are the segment after its length.
+Status check_sos(const uint8_t* p, size_t n, size_t off, const std::string& what,
+                 const bool (&defined)[2][4]) {
+  if (n < 1 || n < 1 + 2 * size_t{p[0]} + 3)
+    return error(Code::kBadFile, "{}: corrupt JPEG: scan header at offset {} is cut off", what,
+                 off);
+  const size_t comps = p[0];
+  const uint8_t ss = p[1 + 2 * comps], se = p[2 + 2 * comps], ah = p[3 + 2 * comps] >> 4;
+  for (size_t c = 0; c < comps; ++c) {
+    const int td = p[2 + 2 * c] >> 4, ta = p[2 + 2 * c] & 15;
+    const bool need_dc = ss == 0 && ah == 0, need_ac = se > 0;
+    if (need_dc && (td > 3 || !defined[0][td]))
+      return error(Code::kBadFile,
+                   "{}: corrupt JPEG: the scan at offset {} decodes with DC Huffman table {}, "
+                   "which no DHT segment before it defines",
+                   what, off, td);
+    if (need_ac && (ta > 3 || !defined[1][ta]))
+      return error(Code::kBadFile,
+                   "{}: corrupt JPEG: the scan at offset {} decodes with AC Huffman table {}, "
+                   "which no DHT segment before it defines",
+                   what, off, ta);
+  }
+  return Status::ok();
+}
+
 // Walks the segments from SOI to EOI the way a decoder reads them: each
 // marker segment by its length, each scan's entropy-coded data up to the next
 // marker (in it, 0xFF is only ever followed by a stuffed 0x00 or a restart
@@ -123,6 +158,7 @@ bool is_rst(uint8_t m) {
 Status check_jpeg(const uint8_t* d, size_t n, const std::string& what) {
   size_t i = 2;  // past SOI
   bool scan = false;
+  bool defined[2][4] = {};  // Huffman tables defined so far: [DC, AC][id]
   while (true) {
     if (i >= n)
       return error(Code::kBadFile, "{}: truncated JPEG: {} bytes, cut off before the end-of-image "
@@ -151,7 +187,8 @@ Status check_jpeg(const uint8_t* d, size_t n, const std::string& what) {
     if (len > n - i)
       return error(Code::kBadFile, "{}: truncated JPEG: the segment at offset {} needs {} bytes, "
                    "the file ends {} bytes later", what, at, len, n - i);
-    if (m == 0xc4) SUSTAIN_TRY(check_dht(d + i + 2, len - 2, i + 2, what));
+    if (m == 0xc4) SUSTAIN_TRY(check_dht(d + i + 2, len - 2, i + 2, what, defined));
+    if (m == 0xda) SUSTAIN_TRY(check_sos(d + i + 2, len - 2, at, what, defined));
     i += len;
     if (m == 0xda) {
       scan = true;

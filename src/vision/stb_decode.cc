@@ -41,7 +41,10 @@ struct ArenaScope {
 void* arena_malloc(size_t n) {
   Arena* a = g_arena;
   if (a == nullptr || n > a->max_bytes - a->bytes) return nullptr;
-  void* p = std::malloc(n == 0 ? 1 : n);
+  // Zeroed: stb_image reads some of what it allocates before writing it
+  // (a JPEG's Huffman tables, where the file never defined one), and
+  // what a fresh block held before must not decide what it decodes.
+  void* p = std::calloc(n == 0 ? 1 : n, 1);
   if (p == nullptr) return nullptr;
   a->live.emplace(p, n);
   a->bytes += n;

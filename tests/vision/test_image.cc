@@ -162,6 +162,35 @@ TEST(VisionImage, OversizeHuffmanTableIsRefused) {
   EXPECT_TRUE(decode_image(c.data(), c.size(), "comment"));
 }
 
+// A scan that decodes with a table no DHT defined: stb_image 2.27 would
+// read its tables as whatever its fresh allocation held (the fuzzer found
+// symbol ids of 845 that way), so the segment walk refuses it, naming the
+// table. The same file with the scan pointed back at defined tables decodes.
+TEST(VisionImage, ScanWithAnUndefinedHuffmanTableIsRefused) {
+  const auto good = jpeg_bytes(8, 8, pattern(8, 8, 3));
+  size_t sos = 0;
+  for (size_t i = 2; i + 1 < good.size(); ++i)
+    if (good[i] == 0xff && good[i + 1] == 0xda) {
+      sos = i;
+      break;
+    }
+  ASSERT_GT(sos, 0u);
+  ASSERT_EQ(good[sos + 4], 3);  // three components: Y, Cb, Cr
+  const size_t cr_tables = sos + 4 + 1 + 2 * 2 + 1;
+  std::vector<uint8_t> dc = good;
+  dc[cr_tables] = static_cast<uint8_t>(0x20 | (good[cr_tables] & 15));
+  expect_error(dc, "DC Huffman table 2, which no DHT segment before it defines");
+  std::vector<uint8_t> ac = good;
+  ac[cr_tables] = static_cast<uint8_t>((good[cr_tables] & 0xf0) | 3);
+  expect_error(ac, "AC Huffman table 3, which no DHT segment before it defines");
+  std::vector<uint8_t> both_y = good;
+  both_y[cr_tables] = 0x00;  // Cr decoded with the luma tables: defined, so decodes
+  EXPECT_TRUE(decode_image(both_y.data(), both_y.size(), "luma tables"));
+  std::vector<uint8_t> cut = good;
+  cut[sos + 4] = 40;  // 40 components do not fit the 12-byte header
+  expect_error(cut, "scan header at offset");
+}
+
 TEST(VisionImage, JpegSegmentsAreWalked) {
   const auto good = jpeg_bytes(8, 8, pattern(8, 8, 3));
   // A segment whose length runs past the end of the file.
