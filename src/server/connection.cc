@@ -320,6 +320,12 @@ void HandlerPool::work(bool overflow) {
 // ---------------------------------------------------------------------------
 // HttpServer
 
+bool HttpServer::widen_backlog(int backlog) {
+  const socket_t s = svr_sock_;
+  // listen() again on a listening socket only sets its backlog (Linux, BSD).
+  return s != INVALID_SOCKET && ::listen(s, backlog) == 0;
+}
+
 bool HttpServer::process_and_close_socket(socket_t sock) {
   Connection conn;
   conn.fd = sock;

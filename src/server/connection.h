@@ -148,6 +148,14 @@ class HttpServer final : public httplib::Server {
   }
   const ConnectionLimits& limits() const { return limits_; }
 
+  // Call after binding. httplib (Debian's build of it) listens with a
+  // backlog of 5: a burst of more new connections than that overflows the
+  // kernel's accept queue, and each connection past it waits for a SYN-ACK
+  // retransmission (1 s, then 3 s, 7 s) before the server even sees it. The
+  // kernel caps `backlog` at net.core.somaxconn. False if the socket is not
+  // listening.
+  bool widen_backlog(int backlog);
+
  private:
   bool process_and_close_socket(socket_t sock) override;
   bool serve(int sock, Connection& conn);

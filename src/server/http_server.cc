@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
@@ -305,6 +306,9 @@ Expected<int> Server::bind() {
                    cfg.host, cfg.port);
     impl_->port = cfg.port;
   }
+  if (!http.widen_backlog(SOMAXCONN))
+    return error(Code::kIo, "cannot set the listen backlog on {}:{}: {}", cfg.host, impl_->port,
+                 std::strerror(errno));
   return impl_->port;
 }
 

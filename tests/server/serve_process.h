@@ -185,6 +185,11 @@ class ServeProcess {
     return -1;
   }
 
+  // Sends `sig` (SIGSTOP, SIGCONT, ...) and returns at once.
+  void signal(int sig) const {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+
   int port() const { return port_; }
   httplib::Client client(int timeout_s = 120) const {
     httplib::Client c("127.0.0.1", port_);

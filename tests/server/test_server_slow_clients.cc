@@ -13,11 +13,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <thread>
 #include <vector>
@@ -359,6 +361,77 @@ TEST(ServerSlowClients, EveryHandlerThreadBusyGets503AtOnce) {
     status = r ? r->status : -1;
   }
   EXPECT_EQ(status, 200);
+}
+
+// A burst of new connections is held by the kernel until the server accepts
+// them, not dropped: httplib listens with a backlog of 5, and each
+// connection past that waited for a SYN retransmission (1 s, then 3 s) before
+// the server saw it (64 clients at once: 5 of them 1.04 s instead of 0.05 s).
+// With the server stopped (SIGSTOP), nothing is accepted, so how many
+// connect() calls complete is the backlog alone: all 48 with the widened
+// one, 10 with httplib's (checked). Once it runs again, every one is answered.
+TEST(ServerSlowClients, ABurstOfConnectionsWaitsInTheBacklogNotForRetransmits) {
+  SUSTAIN_START_SERVER(srv, "-c 4096 -np 2");
+  constexpr int kConns = 48;
+  srv->signal(SIGSTOP);
+  struct Resume {
+    const ServeProcess* p;
+    ~Resume() { p->signal(SIGCONT); }
+  } resume{srv.get()};
+  std::vector<int> fds;
+  for (int i = 0; i < kConns; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(srv->port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ASSERT_TRUE(rc == 0 || errno == EINPROGRESS) << std::strerror(errno);
+    fds.push_back(fd);
+  }
+  // Under the 3 s of the second SYN retransmission.
+  std::vector<bool> done(kConns, false);
+  int connected = 0;
+  const auto t0 = Clock::now();
+  while (connected < kConns && since(t0) < 2.5) {
+    std::vector<pollfd> ps;
+    for (int i = 0; i < kConns; ++i)
+      if (!done[i]) ps.push_back(pollfd{fds[i], POLLOUT, 0});
+    ::poll(ps.data(), ps.size(), 100);
+    for (const auto& p : ps) {
+      if (!(p.revents & (POLLOUT | POLLERR | POLLHUP))) continue;
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(p.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      const int i = static_cast<int>(std::find(fds.begin(), fds.end(), p.fd) - fds.begin());
+      done[i] = true;
+      if (err == 0) ++connected;
+    }
+  }
+  EXPECT_EQ(connected, kConns) << "connections the kernel completed while the server was "
+                                  "stopped, in "
+                               << since(t0) << " s";
+  srv->signal(SIGCONT);
+  int answered = 0;
+  for (int fd : fds) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    if (!send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) continue;
+  }
+  for (int fd : fds) {
+    std::string text;
+    const auto t1 = Clock::now();
+    while (since(t1) < 10) {
+      pollfd p{fd, POLLIN, 0};
+      ::poll(&p, 1, 100);
+      if ((p.revents & (POLLIN | POLLHUP | POLLERR)) && drain(fd, text)) break;
+    }
+    if (status_of(text) == 200) ++answered;
+    ::close(fd);
+  }
+  EXPECT_EQ(answered, kConns);
+  EXPECT_TRUE(srv->alive());
 }
 
 TEST(ServerSlowClients, SigtermDoesNotWaitForSlowClients) {
