@@ -34,8 +34,10 @@ json metric_definitions() {
        "inter-token latency = t(emission i+1) - t(emission i), every gap pooled over requests; "
        "over HTTP an emission is one SSE event with text (it may carry several tokens)"},
       {"decode.tpot_ms",
-       "context ladder: the gaps between consecutive visible tokens of the timed repetitions "
-       "(the first token, which carries the prompt, excluded), pooled over repetitions"},
+       "context ladder: each visible token's share of the decode time of the timed "
+       "repetitions, pooled over repetitions: the gap to the token before it, or, where one "
+       "step emitted several tokens (a verified draft), that step's time split evenly over "
+       "them (the first token, which carries the prompt, excluded)"},
       {"decode.tok_s_p50", "1000 / tpot_ms_p50"},
       {"decode.tok_s_p95",
        "1000 / tpot_ms_p95: the speed 95 % of tokens were generated at or above"},

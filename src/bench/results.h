@@ -22,7 +22,10 @@ struct LadderRung {
   int64_t fill_from = 0, fill_new_tokens = 0;
   double fill_ttft_s = 0;
   int n_tokens = 0;                             // tokens generated per repetition
-  std::vector<std::vector<double>> rep_gaps_s;  // per timed repetition: gaps between tokens
+  // Per timed repetition: each token's share of the decode time after the
+  // first token (per_token_decode_s: the gaps between tokens, a verify
+  // step's time split over the tokens it emitted).
+  std::vector<std::vector<double>> rep_gaps_s;
   std::vector<double> rep_tok_s;                // per repetition: (k − 1) / (t_last − t_first)
   std::vector<int64_t> rep_visible_tokens;      // per repetition: visible tokens received
   int64_t kv_bytes = 0;            // KV of the sequence at its end: bytes/token × (ctx + n_tokens)
@@ -30,7 +33,7 @@ struct LadderRung {
   int64_t peak_rss_bytes = 0;
 };
 
-// Decode statistics of one rung: TPOT percentiles over every pooled gap,
+// Decode statistics of one rung: TPOT percentiles over every pooled token share,
 // tok/s = 1 / TPOT, and the spread of the per-repetition rates.
 struct DecodeStats {
   Summary tpot_s, rep_tok_s;

@@ -66,6 +66,37 @@ Expected<RequestMetrics> request_metrics(const RequestTiming& r) {
   return m;
 }
 
+Expected<std::vector<double>> per_token_decode_s(const std::vector<double>& t,
+                                                 const std::vector<uint64_t>& step) {
+  if (t.size() != step.size())
+    return error(Code::kInvalidArgument, "{} token timestamps but {} step numbers", t.size(),
+                 step.size());
+  std::vector<double> out;
+  if (t.size() < 2) return out;
+  out.reserve(t.size() - 1);
+  // [begin, end) of the current step's tokens; `prev_end` the time its
+  // predecessor's last token was emitted.
+  size_t begin = 0;
+  while (begin < t.size() && step[begin] == step[0]) ++begin;
+  for (size_t i = 1; i < begin; ++i) out.push_back(0.0);  // beside the first token
+  double prev_end = t[begin - 1];
+  while (begin < t.size()) {
+    size_t end = begin;
+    while (end < t.size() && step[end] == step[begin]) ++end;
+    if (step[begin] < step[begin - 1])
+      return error(Code::kInvalidArgument, "token {} is from step {}, after step {}", begin,
+                   step[begin], step[begin - 1]);
+    const double took = t[end - 1] - prev_end;
+    if (took < 0)
+      return error(Code::kInvalidArgument, "token {} at {} s precedes token {} at {} s", end - 1,
+                   t[end - 1], begin - 1, prev_end);
+    for (size_t i = begin; i < end; ++i) out.push_back(took / static_cast<double>(end - begin));
+    prev_end = t[end - 1];
+    begin = end;
+  }
+  return out;
+}
+
 Expected<LoadMetrics> load_metrics(const std::vector<RequestTiming>& reqs) {
   LoadMetrics out;
   std::vector<double> ttft, tpot, itl, e2e, rate;

@@ -54,6 +54,20 @@ struct RequestMetrics {
 // kInvalidArgument when the request has no token, or times go backwards.
 Expected<RequestMetrics> request_metrics(const RequestTiming& r);
 
+// The decode time charged to each visible token after the first, from the
+// engine's token timestamps `t` and the step that emitted each token: a
+// step that emitted b tokens (a verified draft and its correction) is
+// charged t(its last token) − t(the previous step's last token), 1/b of it
+// per token; tokens emitted by the first token's own step cost 0. Without
+// speculation each step emits one token and the charges are the gaps
+// between tokens. The charges sum to t(last) − t(first step's last token),
+// so their mean is the rep's TPOT, and their percentiles stay meaningful
+// when tokens arrive in bursts (the gaps inside a burst are ~0, which made
+// 1 / P50(gap) read 10,000 tok/s). kInvalidArgument when the sizes differ,
+// or time or steps go backwards.
+Expected<std::vector<double>> per_token_decode_s(const std::vector<double>& t,
+                                                 const std::vector<uint64_t>& step);
+
 // Metrics of a set of requests run together (one rung of a concurrency
 // ladder). Failed requests (ok = false) are counted, never timed.
 struct LoadMetrics {

@@ -30,6 +30,7 @@ struct OneRun {
   RequestTiming timing;
   engine::Usage usage;
   int64_t pool_pages_used = -1;  // KV pages the request's sequence held at its end
+  std::vector<uint64_t> token_steps;  // the engine step of each of timing.token_times
 };
 
 Expected<OneRun> run_one(engine::Engine& e, std::vector<int32_t> prompt, int32_t max_tokens,
@@ -48,7 +49,10 @@ Expected<OneRun> run_one(engine::Engine& e, std::vector<int32_t> prompt, int32_t
   for (;;) {
     std::optional<engine::Event> ev = stream.next(std::chrono::milliseconds(600000));
     if (!ev) return error(Code::kInternal, "bench: no event from the engine for 600 s");
-    for (const auto& t : ev->tokens) out.timing.token_times.push_back(seconds_between(origin, t.t));
+    for (const auto& t : ev->tokens) {
+      out.timing.token_times.push_back(seconds_between(origin, t.t));
+      out.token_steps.push_back(t.step);
+    }
     if (ev->done) {
       if (ev->finish == engine::Finish::kError) return ev->error;
       if (ev->finish == engine::Finish::kCancelled)
@@ -282,8 +286,7 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
       SUSTAIN_ASSIGN_OR_RETURN(
           OneRun run, run_one(e, head(prompt, L), opt.n_tokens, origin, rep == 0, opt.constraint));
       const auto& tt = run.timing.token_times;
-      std::vector<double> gaps;
-      for (size_t k = 1; k < tt.size(); ++k) gaps.push_back(tt[k] - tt[k - 1]);
+      SUSTAIN_ASSIGN_OR_RETURN(std::vector<double> gaps, per_token_decode_s(tt, run.token_steps));
       const double span = tt.size() >= 2 ? tt.back() - tt.front() : 0.0;
       r.rep_tok_s.push_back(span > 0 ? (tt.size() - 1) / span : 0.0);
       r.rep_gaps_s.push_back(std::move(gaps));

@@ -132,6 +132,8 @@ struct TokenLogprob {
 struct TokenEvent {
   int32_t id = 0;
   Clock::time_point t;                // when the engine emitted it
+  uint64_t step = 0;                  // the engine step that emitted it (EngineStats::steps
+                                      // then): the tokens of one verified draft share it
   float logprob = 0.0f;               // if Request::logprobs
   std::vector<TokenLogprob> top;      // if Request::top_logprobs > 0
 };

@@ -585,6 +585,7 @@ void Scheduler::sample_and_emit(Seq& s, const float* row, int32_t draft,
   ++s.n_generated;
   ++st.generated_tokens;
   ev.t = Clock::now();
+  ev.step = st.steps;
   if (s.n_generated == 1) s.t_first_token = ev.t;
   s.st->push_token(std::move(ev));
   if (s.n_generated >= s.max_new || static_cast<int64_t>(s.tokens.size()) >= cfg().n_ctx)

@@ -166,6 +166,46 @@ TEST(IdealTime, DecodeAloneGapsSkipEveryPrefillWindow) {
   EXPECT_EQ(none.ideal_s, 0);
 }
 
+TEST(PerTokenDecode, OneTokenPerStepIsTheGaps) {
+  auto g = per_token_decode_s({1.0, 1.25, 1.75}, {3, 4, 5});
+  ASSERT_TRUE(g) << g.status().message();
+  ASSERT_EQ(g->size(), 2u);
+  EXPECT_DOUBLE_EQ((*g)[0], 0.25);
+  EXPECT_DOUBLE_EQ((*g)[1], 0.5);
+  auto none = per_token_decode_s({1.0}, {3});
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->empty());
+}
+
+// A verify step that emits three tokens 10 µs apart: its 30 ms is split
+// over them, not charged as 30 ms + 10 µs + 10 µs (whose median read as
+// 100,000 tok/s). Tokens the first token's step emitted beside it cost 0,
+// and the charges sum to the span.
+TEST(PerTokenDecode, AVerifiedDraftSplitsItsStep) {
+  const std::vector<double> t = {1.0, 1.00001, 1.03, 1.03001, 1.03002, 1.05};
+  auto g = per_token_decode_s(t, {5, 5, 6, 6, 6, 7});
+  ASSERT_TRUE(g) << g.status().message();
+  ASSERT_EQ(g->size(), 5u);
+  EXPECT_DOUBLE_EQ((*g)[0], 0.0);
+  for (int i = 1; i <= 3; ++i) EXPECT_NEAR((*g)[i], (1.03002 - 1.00001) / 3, 1e-12);
+  EXPECT_NEAR((*g)[4], 1.05 - 1.03002, 1e-12);
+  double sum = 0;
+  for (double x : *g) sum += x;
+  EXPECT_NEAR(sum, t.back() - t[1], 1e-12);
+  LadderRung r;
+  r.rep_gaps_s = {*g};
+  EXPECT_NEAR(decode_stats(r).tok_s_p50, 3 / (1.03002 - 1.00001), 1e-6);
+}
+
+TEST(PerTokenDecode, InconsistentInputIsRefused) {
+  auto sizes = per_token_decode_s({1.0, 2.0}, {1});
+  ASSERT_FALSE(sizes);
+  EXPECT_NE(sizes.status().message().find("2 token timestamps but 1 step numbers"),
+            std::string::npos);
+  EXPECT_FALSE(per_token_decode_s({1.0, 2.0, 3.0}, {1, 3, 2}));
+  EXPECT_FALSE(per_token_decode_s({1.0, 2.0, 1.5}, {1, 2, 3}));
+}
+
 TEST(DecodeStats, PooledGapsAndPerRepRates) {
   LadderRung r;
   r.n_tokens = 3;
