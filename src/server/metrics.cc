@@ -1,7 +1,10 @@
 #include "server/metrics.h"
 
-#include <cmath>
+#include <dirent.h>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -20,6 +23,30 @@ void metric(std::string& out, const std::string& name, const char* type, const s
             double value) {
   out +=
       fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, num(value));
+}
+
+// This process's memory from /proc/self/statm (pages): {virtual, resident}
+// in bytes, {-1, -1} where it cannot be read.
+std::pair<double, double> process_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return {-1, -1};
+  unsigned long long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  if (got != 2) return {-1, -1};
+  const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+  return {static_cast<double>(size) * page, static_cast<double>(resident) * page};
+}
+
+// Open file descriptors (sockets included), -1 where /proc is not there.
+double process_open_fds() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  double n = 0;
+  while (const dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n - 1;  // the directory stream's own descriptor
 }
 
 }  // namespace
@@ -57,6 +84,16 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
   std::string out;
   metric(out, "sustain_model_loaded", "gauge", "1 once the model is loaded and serving",
          s != nullptr ? 1 : 0);
+  // The names of Prometheus's own process collector, so that dashboards and
+  // `sustain bench soak --url` find them.
+  const auto [virt, rss] = process_memory_bytes();
+  if (rss >= 0) {
+    metric(out, "process_resident_memory_bytes", "gauge", "resident memory of this process",
+           rss);
+    metric(out, "process_virtual_memory_bytes", "gauge", "virtual memory of this process", virt);
+  }
+  if (const double fds = process_open_fds(); fds >= 0)
+    metric(out, "process_open_fds", "gauge", "open file descriptors, sockets included", fds);
   metric(out, "sustain_http_requests_total", "counter", "HTTP requests received",
          static_cast<double>(c.http_requests));
   metric(out, "sustain_queue_rejections_total", "counter",

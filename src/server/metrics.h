@@ -29,8 +29,9 @@ struct ServerCountersSnapshot {
 };
 ServerCountersSnapshot snapshot(const ServerCounters& c);
 
-// Renders every metric, prefixed "sustain_". `stats` null (the model is
-// still loading) leaves out the engine's metrics.
+// Renders every metric, prefixed "sustain_", and the process's memory and
+// open descriptors under Prometheus's standard `process_` names. `stats`
+// null (the model is still loading) leaves out the engine's metrics.
 std::string render_metrics(const engine::EngineStats* stats, const ServerCountersSnapshot& c);
 
 // One histogram in Prometheus form (cumulative buckets, +Inf, _sum, _count).

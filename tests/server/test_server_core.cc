@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <vector>
 
 #include "server/api_error.h"
 #include "server/metrics.h"
@@ -419,6 +422,8 @@ TEST(Metrics, PrometheusText) {
   has("sustain_preemptions_total 5");
   has("sustain_prefix_cache_hits_total 6");
   has("sustain_queue_rejections_total 7");
+  has("# TYPE process_resident_memory_bytes gauge");
+  has("# TYPE process_open_fds gauge");
   has("# TYPE sustain_time_to_first_token_seconds histogram");
   has("sustain_time_to_first_token_seconds_bucket{le=\"0.1\"} 2");
   has("sustain_time_to_first_token_seconds_bucket{le=\"1\"} 5");  // cumulative
@@ -439,6 +444,36 @@ TEST(Metrics, PrometheusText) {
   const std::string loading = render_metrics(nullptr, c);
   EXPECT_NE(loading.find("sustain_model_loaded 0\n"), std::string::npos);
   EXPECT_EQ(loading.find("sustain_kv_pages_used"), std::string::npos);
+}
+
+double sample(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+// The process metrics are this process's: RSS within 10 % of VmRSS (4 MiB
+// touched in between shows), and one more descriptor once a file is open.
+TEST(Metrics, ProcessMemoryAndDescriptorsAreThisProcesses) {
+  ServerCountersSnapshot c;
+  const std::string before = render_metrics(nullptr, c);
+  const double rss = sample(before, "process_resident_memory_bytes");
+  std::ifstream st("/proc/self/status");
+  double vm_rss = -1;
+  for (std::string line; std::getline(st, line);)
+    if (line.rfind("VmRSS:", 0) == 0) vm_rss = std::stod(line.substr(6)) * 1024;
+  ASSERT_GT(vm_rss, 0);
+  EXPECT_NEAR(rss, vm_rss, 0.1 * vm_rss);
+  EXPECT_GE(sample(before, "process_virtual_memory_bytes"), rss);
+  std::vector<char> touched(64u << 20, 1);  // 64 MiB written
+  const double grown = sample(render_metrics(nullptr, c), "process_resident_memory_bytes");
+  EXPECT_GT(grown, rss + (48u << 20)) << touched[touched.size() / 2];
+  const double fds = sample(render_metrics(nullptr, c), "process_open_fds");
+  ASSERT_GT(fds, 2);
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(sample(render_metrics(nullptr, c), "process_open_fds"), fds + 1);
+  std::fclose(f);
 }
 
 }  // namespace
