@@ -1,9 +1,11 @@
 #include "grammar/schema.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -98,7 +100,11 @@ const std::set<std::string>& handled() {
                                           "minimum",
                                           "maximum",
                                           "exclusiveMinimum",
-                                          "exclusiveMaximum"};
+                                          "exclusiveMaximum",
+                                          "prefixItems",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "allOf"};
   return h;
 }
 
@@ -247,6 +253,11 @@ class Converter {
       }
       return Status::ok();
     };
+    if (s.contains("allOf")) {
+      json merged;
+      SUSTAIN_ASSIGN_OR_RETURN(merged, merge_all_of(s, path));
+      return visit(merged, hint, path);
+    }
     if (s.contains("$ref")) {
       SUSTAIN_TRY(only("$ref", {}));
       return ref(s["$ref"], path);
@@ -333,9 +344,10 @@ class Converter {
   // A schema without "type" that uses one type's keywords gets that type (a
   // narrower grammar, still sound); one with none allows any value.
   static std::string infer_type(const json& s) {
-    for (const char* k : {"properties", "required", "additionalProperties"})
+    for (const char* k :
+         {"properties", "required", "additionalProperties", "minProperties", "maxProperties"})
       if (s.contains(k)) return "object";
-    for (const char* k : {"items", "minItems", "maxItems"})
+    for (const char* k : {"items", "prefixItems", "minItems", "maxItems"})
       if (s.contains(k)) return "array";
     for (const char* k : {"pattern", "format", "minLength", "maxLength"})
       if (s.contains(k)) return "string";
@@ -349,14 +361,7 @@ class Converter {
     if (t == "any") return use("value");
     if (t == "string") return string_rule(s, hint, path);
     if (t == "integer") return integer_rule(s, hint, path);
-    if (t == "number") {
-      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-        if (s.contains(k))
-          return fail(path, fmt::format("'{}' on type 'number' is not supported (it is on "
-                                        "'integer')",
-                                        k));
-      return use("number");
-    }
+    if (t == "number") return number_rule(s, hint, path);
     if (t == "boolean") return use("boolean");
     if (t == "null") return use("null");
     if (t == "object") return object_rule(s, hint, path);
@@ -420,10 +425,21 @@ class Converter {
     return define(hint, "\"\\\"\" " + use("json-char") + reps(lo, hi) + " \"\\\"\"");
   }
 
-  Expected<std::string> integer_rule(const json& s, const std::string& hint,
-                                     const std::string& path) {
+  // A value's numeric bounds. Integer bounds are the integers the value may
+  // be; `frac_*` bound the integer part n of a value written with a
+  // fraction: "n.d…" lies in [n, n + 1), "-m.d…" in (−(m + 1), −m].
+  struct Bounds {
     bool has_lo = false, has_hi = false;
-    int64_t lo = 0, hi = 0;
+    int64_t lo = 0, hi = 0;                  // integers within the bounds
+    bool frac_has_hi = false;
+    int64_t frac_pos_hi = 0;                 // "n.d…" needs n ≤ this (n + 1 ≤ the maximum)
+    bool frac_has_lo = false;
+    int64_t frac_neg_hi = 0;                 // "-m.d…" needs m ≤ this (−(m + 1) ≥ the minimum)
+    int64_t frac_neg_lo = 0;                 // and m ≥ this (−m within the maximum)
+  };
+
+  Expected<Bounds> bounds(const json& s, const std::string& path) {
+    Bounds b;
     for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
       if (!s.contains(k)) continue;
       const json& v = s[k];
@@ -435,17 +451,33 @@ class Converter {
                     fmt::format("{} is outside the supported range ±{}", v.dump(), kMaxBound));
       const std::string key = k;
       if (key == "minimum" || key == "exclusiveMinimum") {
-        const auto b = static_cast<int64_t>(key == "minimum" ? std::ceil(x) : std::floor(x) + 1);
-        lo = has_lo ? std::max(lo, b) : b;
-        has_lo = true;
+        const auto i = static_cast<int64_t>(key == "minimum" ? std::ceil(x) : std::floor(x) + 1);
+        b.lo = b.has_lo ? std::max(b.lo, i) : i;
+        b.has_lo = true;
+        // −(m + 1) ≥ x, and the value is above −(m + 1), so either kind holds.
+        const auto m = static_cast<int64_t>(std::floor(-x)) - 1;
+        b.frac_neg_hi = b.frac_has_lo ? std::min(b.frac_neg_hi, m) : m;
+        b.frac_has_lo = true;
       } else {
-        const auto b = static_cast<int64_t>(key == "maximum" ? std::floor(x) : std::ceil(x) - 1);
-        hi = has_hi ? std::min(hi, b) : b;
-        has_hi = true;
+        const auto i = static_cast<int64_t>(key == "maximum" ? std::floor(x) : std::ceil(x) - 1);
+        b.hi = b.has_hi ? std::min(b.hi, i) : i;
+        b.has_hi = true;
+        // n + 1 ≤ x, and the value is below n + 1, so either kind holds.
+        const auto n = static_cast<int64_t>(std::floor(x)) - 1;
+        b.frac_pos_hi = b.frac_has_hi ? std::min(b.frac_pos_hi, n) : n;
+        b.frac_has_hi = true;
       }
     }
-    if (!has_lo && !has_hi) return use("integer");
-    if (has_lo && has_hi && lo > hi) return fail(path, "no integer lies within the bounds");
+    // −m ≤ max (or < it): the same integers as "-m" alone may be.
+    if (b.has_hi) b.frac_neg_lo = std::max<int64_t>(0, -b.hi);
+    return b;
+  }
+
+  // Integers in [lo, hi] (either side open where it has none); "" when none.
+  static std::string integer_range(const Bounds& b) {
+    const bool has_lo = b.has_lo, has_hi = b.has_hi;
+    const int64_t lo = b.lo, hi = b.hi;
+    if (has_lo && has_hi && lo > hi) return "";
     std::vector<std::string> alts;
     // Non-negative part: [max(lo, 0), hi].
     if (!has_hi || hi >= 0)
@@ -457,17 +489,55 @@ class Converter {
     }
     std::string body;
     for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
+    return body;
+  }
+
+  Expected<std::string> integer_rule(const json& s, const std::string& hint,
+                                     const std::string& path) {
+    Bounds b;
+    SUSTAIN_ASSIGN_OR_RETURN(b, bounds(s, path));
+    if (!b.has_lo && !b.has_hi) return use("integer");
+    const std::string body = integer_range(b);
+    if (body.empty()) return fail(path, "no integer lies within the bounds");
+    return define(hint, body);
+  }
+
+  // A number within its bounds: an integer in range, or an integer part
+  // whose whole unit interval is in range followed by a fraction (so
+  // "2.5" where the maximum is 3, not "3.5"), never an exponent. Sound but
+  // narrower: with a maximum of 3.7, 3.5 cannot be written.
+  Expected<std::string> number_rule(const json& s, const std::string& hint,
+                                    const std::string& path) {
+    Bounds b;
+    SUSTAIN_ASSIGN_OR_RETURN(b, bounds(s, path));
+    if (!b.has_lo && !b.has_hi) return use("number");
+    std::vector<std::string> alts;
+    if (std::string i = integer_range(b); !i.empty()) alts.push_back(i);
+    const std::string frac = "\".\" [0-9]{1,16}";
+    // "n.d…" with n ≥ 0 in [max(lo, 0), frac_pos_hi].
+    const int64_t pos_lo = b.has_lo ? std::max<int64_t>(b.lo, 0) : 0;
+    if (!b.frac_has_hi || b.frac_pos_hi >= pos_lo)
+      alts.push_back(nonneg_range(pos_lo, b.frac_has_hi ? b.frac_pos_hi : -1) + " " + frac);
+    // "-m.d…" with m in [frac_neg_lo, frac_neg_hi].
+    if (!b.frac_has_lo || b.frac_neg_hi >= b.frac_neg_lo)
+      alts.push_back("\"-\" " + nonneg_range(b.frac_neg_lo, b.frac_has_lo ? b.frac_neg_hi : -1) +
+                     " " + frac);
+    if (alts.empty()) return fail(path, "no number lies within the bounds");
+    std::string body;
+    for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
     return define(hint, body);
   }
 
   Expected<std::string> array_rule(const json& s, const std::string& hint,
                                    const std::string& path) {
+    if (s.contains("prefixItems")) return tuple_rule(s, hint, path);
     std::string item;
     if (!s.contains("items")) {
       item = use("value");
     } else {
       if (s["items"].is_array())
-        return fail(path + "/items", "'items' as an array (a tuple) is not supported");
+        return fail(path + "/items",
+                    "'items' as an array (a draft-4 tuple) is not supported; 'prefixItems' is");
       SUSTAIN_ASSIGN_OR_RETURN(item, visit(s["items"], hint + "-item", path + "/items"));
     }
     int64_t lo = 0, hi = -1;
@@ -487,6 +557,58 @@ class Converter {
                                       reps(0, rest_hi)));
     return define(
         hint, fmt::format("\"[\" {} {} {} {}{} \"]\"", ws, item, ws, more, reps(lo - 1, rest_hi)));
+  }
+
+  // A tuple (prefixItems): every listed item, in order, then the items
+  // `items` allows (none where it is false or absent, unless minItems asks
+  // for more; then any value where it is absent). Listed items are optional
+  // in JSON Schema; the grammar writes them all, which is narrower and
+  // still valid.
+  Expected<std::string> tuple_rule(const json& s, const std::string& hint,
+                                   const std::string& path) {
+    const json& prefix = s["prefixItems"];
+    if (!prefix.is_array() || prefix.empty())
+      return fail(path + "/prefixItems", "must be a non-empty array of schemas");
+    const auto n = static_cast<int64_t>(prefix.size());
+    int64_t lo = 0, hi = -1;
+    if (s.contains("minItems")) {
+      SUSTAIN_ASSIGN_OR_RETURN(lo, count(s, "minItems", path));
+    }
+    if (s.contains("maxItems")) {
+      SUSTAIN_ASSIGN_OR_RETURN(hi, count(s, "maxItems", path));
+    }
+    if (hi >= 0 && hi < lo) return fail(path, "'maxItems' is below 'minItems'");
+    if (hi >= 0 && hi < n)
+      return fail(path, fmt::format("'maxItems' {} is below the {} 'prefixItems' (a tuple cut "
+                                    "short is not supported)",
+                                    hi, n));
+    const std::string ws = use("ws");
+    std::string body = "\"[\" " + ws;
+    for (int64_t i = 0; i < n; ++i) {
+      std::string item;
+      SUSTAIN_ASSIGN_OR_RETURN(item, visit(prefix[static_cast<size_t>(i)],
+                                           fmt::format("{}-{}", hint, i),
+                                           fmt::format("{}/prefixItems/{}", path, i)));
+      body += (i ? " \",\" " + ws + " " : " ") + item + " " + ws;
+    }
+    const int64_t rest_lo = std::max<int64_t>(lo - n, 0);
+    std::string rest;
+    int64_t rest_hi = hi < 0 ? -1 : hi - n;
+    if (s.contains("items") && !(s["items"].is_boolean() && !s["items"].get<bool>())) {
+      SUSTAIN_ASSIGN_OR_RETURN(rest, visit(s["items"], hint + "-item", path + "/items"));
+    } else if (!s.contains("items") && rest_lo > 0) {
+      rest = use("value");
+      rest_hi = rest_lo;
+    } else if (rest_lo > 0) {
+      return fail(path, "'minItems' asks for more items than 'prefixItems' lists, and 'items' "
+                        "is false");
+    } else {
+      rest_hi = 0;
+    }
+    if (!rest.empty() && rest_hi != 0)
+      body += fmt::format(" ( \",\" {} {} {} ){}", ws, rest, ws,
+                          reps(rest_lo, rest_hi).empty() ? "" : reps(rest_lo, rest_hi));
+    return define(hint, body + " \"]\"");
   }
 
   // The content of a JSON string (unescaped characters only) that is none
@@ -558,7 +680,18 @@ class Converter {
     }
     const json* addl = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
     const bool addl_false = addl != nullptr && addl->is_boolean() && !addl->get<bool>();
-    if (props == nullptr && required.empty() && (addl == nullptr || *addl == json(true)))
+    int64_t min_props = 0, max_props = -1;
+    if (s.contains("minProperties")) {
+      SUSTAIN_ASSIGN_OR_RETURN(min_props, count(s, "minProperties", path));
+    }
+    if (s.contains("maxProperties")) {
+      SUSTAIN_ASSIGN_OR_RETURN(max_props, count(s, "maxProperties", path));
+    }
+    if (max_props >= 0 && max_props < min_props)
+      return fail(path, "'maxProperties' is below 'minProperties'");
+    const bool counted = min_props > 0 || max_props >= 0;
+    if (props == nullptr && required.empty() && !counted &&
+        (addl == nullptr || *addl == json(true)))
       return use("object");
     const std::string ws = use("ws");
     struct Prop {
@@ -598,6 +731,36 @@ class Converter {
                                       r));
       SUSTAIN_TRY(add_prop(r, extra_value.empty() ? use("value") : extra_value));
     }
+    // minProperties / maxProperties choose among the declared properties:
+    // the first optional ones become required until there are enough, and
+    // past the maximum the last optional ones and any extras are left out
+    // (narrower than the schema, still valid).
+    if (counted) {
+      int64_t req = 0;
+      for (const auto& p : list) req += p.required ? 1 : 0;
+      for (auto& p : list)
+        if (req < min_props && !p.required) {
+          p.required = true;
+          ++req;
+        }
+      if (req < min_props)
+        return fail(path, fmt::format("'minProperties' {} asks for more than the {} properties "
+                                      "'properties' and 'required' declare (extra keys are not "
+                                      "generated to fill it)",
+                                      min_props, list.size()));
+      if (max_props >= 0) {
+        if (req > max_props)
+          return fail(path, fmt::format("'maxProperties' {} is below the {} properties that "
+                                        "must be written",
+                                        max_props, req));
+        int64_t room = max_props - req;
+        std::vector<Prop> kept;
+        for (const auto& p : list)
+          if (p.required || room-- > 0) kept.push_back(p);
+        list = std::move(kept);
+        extra_value.clear();
+      }
+    }
     // rest_i: the properties from i on after something was written (each
     // preceded by a comma); first_i: the same with nothing written yet.
     const size_t n = list.size();
@@ -630,6 +793,230 @@ class Converter {
     }
     return define(hint,
                   fmt::format("\"{{\" {} {} \"}}\"", ws, first_next.empty() ? "" : first_next));
+  }
+
+  // allOf (with the schema's other keywords as one more part) merged into
+  // one schema: types intersected, properties united (a property in several
+  // parts gets the allOf of its schemas), required united, bounds taken at
+  // their tightest, enums intersected. A part whose additionalProperties is
+  // false keeps every other part's extra properties out, as JSON Schema
+  // says. Parts are resolved through $ref first. A keyword that two parts
+  // set differently and that cannot be merged (two patterns, two anyOfs) is
+  // an error naming it.
+  Expected<json> merge_all_of(const json& s, const std::string& path) {
+    const json& all = s["allOf"];
+    if (!all.is_array() || all.empty())
+      return fail(path + "/allOf", "must be a non-empty array of schemas");
+    std::vector<json> parts;
+    json self = s;
+    self.erase("allOf");
+    parts.push_back(std::move(self));
+    for (size_t i = 0; i < all.size(); ++i) {
+      const std::string at = fmt::format("{}/allOf/{}", path, i);
+      const json* part = &all[i];
+      for (int hops = 0; part->is_object() && part->contains("$ref"); ++hops) {
+        if (part->size() != 1 || hops > 16)
+          return fail(at, "a '$ref' inside 'allOf' must stand alone and resolve within 16 steps");
+        const json& r = (*part)["$ref"];
+        if (!r.is_string() || r.get<std::string>().rfind('#', 0) != 0)
+          return fail(at + "/$ref", "must be a local reference ('#...')");
+        json::json_pointer jp;
+        try {
+          jp = json::json_pointer(r.get<std::string>().substr(1));
+        } catch (const json::exception&) {
+          return fail(at + "/$ref", "is not a valid JSON pointer");
+        }
+        if (!root_.contains(jp)) return fail(at + "/$ref", "does not resolve");
+        part = &root_.at(jp);
+      }
+      if (part->is_boolean()) {
+        if (!part->get<bool>()) return fail(at, "the schema 'false' allows no value");
+        continue;
+      }
+      if (!part->is_object()) return fail(at, "a schema must be an object or a boolean");
+      if (part->contains("allOf")) {
+        json inner;
+        SUSTAIN_ASSIGN_OR_RETURN(inner, merge_all_of(*part, at));
+        parts.push_back(std::move(inner));
+      } else {
+        parts.push_back(*part);
+      }
+    }
+    // Keys every closed part (additionalProperties false) allows.
+    std::optional<std::set<std::string>> allowed;
+    int object_parts = 0;
+    bool schema_addl = false;
+    for (const json& p : parts) {
+      bool object_like = false;
+      for (const char* k : {"properties", "required", "additionalProperties"})
+        object_like = object_like || p.contains(k);
+      object_parts += object_like ? 1 : 0;
+      if (!p.contains("additionalProperties")) continue;
+      const json& a = p["additionalProperties"];
+      if (a.is_boolean() && !a.get<bool>()) {
+        std::set<std::string> keys;
+        if (p.contains("properties") && p["properties"].is_object())
+          for (const auto& [k, v] : p["properties"].items()) keys.insert(k);
+        if (allowed) {
+          std::set<std::string> both;
+          for (const auto& k : keys)
+            if (allowed->count(k) != 0) both.insert(k);
+          allowed = std::move(both);
+        } else {
+          allowed = std::move(keys);
+        }
+      } else if (!a.is_boolean()) {
+        schema_addl = true;
+      }
+    }
+    if (schema_addl && object_parts > 1)
+      return fail(path + "/allOf",
+                  "an 'additionalProperties' schema in one part of several object parts is not "
+                  "supported");
+    json out = json::object();
+    for (const json& p : parts) {
+      for (const auto& [k, v] : p.items()) {
+        if (annotations().count(k) != 0 || k == "$defs" || k == "definitions") continue;
+        if (!out.contains(k)) {
+          out[k] = v;
+          continue;
+        }
+        json& o = out[k];
+        if (o == v) continue;
+        if (k == "properties") {
+          if (!o.is_object() || !v.is_object())
+            return fail(path + "/allOf", "'properties' must be objects");
+          for (const auto& [name, sub] : v.items())
+            o[name] = o.contains(name) ? json{{"allOf", json::array({o[name], sub})}} : sub;
+        } else if (k == "required") {
+          if (!o.is_array() || !v.is_array())
+            return fail(path + "/allOf", "'required' must be arrays");
+          for (const auto& r : v)
+            if (std::find(o.begin(), o.end(), r) == o.end()) o.push_back(r);
+        } else if (k == "type") {
+          auto names = [](const json& t) {
+            std::set<std::string> n;
+            if (t.is_string()) n.insert(t.get<std::string>());
+            if (t.is_array())
+              for (const auto& x : t)
+                if (x.is_string()) n.insert(x.get<std::string>());
+            return n;
+          };
+          const auto a = names(o), b = names(v);
+          json both = json::array();
+          for (const auto& t : a) {
+            if (b.count(t) != 0) both.push_back(t);
+            else if (t == "number" && b.count("integer") != 0) both.push_back("integer");
+            else if (t == "integer" && b.count("number") != 0) both.push_back("integer");
+          }
+          if (both.empty())
+            return fail(path + "/allOf",
+                        fmt::format("the parts' types {} and {} have no value in common", o.dump(),
+                                    v.dump()));
+          o = both.size() == 1 ? both[0] : both;
+        } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" ||
+                   k == "minItems" || k == "minProperties") {
+          if (!o.is_number() || !v.is_number()) return fail(path + "/allOf", "'" + k + "' must be a number");
+          if (v.get<double>() > o.get<double>()) o = v;
+        } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" ||
+                   k == "maxItems" || k == "maxProperties") {
+          if (!o.is_number() || !v.is_number()) return fail(path + "/allOf", "'" + k + "' must be a number");
+          if (v.get<double>() < o.get<double>()) o = v;
+        } else if (k == "enum") {
+          if (!o.is_array() || !v.is_array()) return fail(path + "/allOf", "'enum' must be arrays");
+          json both = json::array();
+          for (const auto& x : o)
+            if (std::find(v.begin(), v.end(), x) != v.end()) both.push_back(x);
+          if (both.empty()) return fail(path + "/allOf", "the parts' enums have no value in common");
+          o = both;
+        } else if (k == "items" && o.is_object() && v.is_object()) {
+          o = json{{"allOf", json::array({o, v})}};
+        } else if (k == "additionalProperties") {
+          // false wins; a schema beside true stays (several object parts
+          // with a schema were refused above).
+          if ((o.is_boolean() && !o.get<bool>()) || (v.is_boolean() && !v.get<bool>()))
+            o = false;
+          else if (o.is_boolean())
+            o = v;
+        } else {
+          return fail(path + "/allOf",
+                      fmt::format("'{}' in more than one part, with different values, is not "
+                                  "supported",
+                                  k));
+        }
+      }
+    }
+    SUSTAIN_TRY(fold_into_enum(out, path));
+    if (allowed) {
+      if (out.contains("properties")) {
+        json kept = json::object();
+        for (const auto& [name, sub] : out["properties"].items())
+          if (allowed->count(name) != 0) kept[name] = sub;
+        out["properties"] = std::move(kept);
+      }
+      if (out.contains("required"))
+        for (const auto& r : out["required"])
+          if (r.is_string() && allowed->count(r.get<std::string>()) == 0)
+            return fail(path + "/allOf",
+                        fmt::format("property '{}' is required, but a part whose "
+                                    "'additionalProperties' is false does not list it",
+                                    r.get<std::string>()));
+      out["additionalProperties"] = false;
+    }
+    return out;
+  }
+
+  // A merged enum or const beside bounds from other parts: the values that
+  // meet the bounds stay, and the bounds go (each applies to its own kind
+  // of value, as JSON Schema says: a minimum says nothing of a string).
+  // Other keywords beside an enum stay, and are refused as before.
+  Status fold_into_enum(json& out, const std::string& path) {
+    if (!out.contains("enum") && !out.contains("const")) return Status::ok();
+    static const std::set<std::string> foldable = {
+        "minimum",   "maximum",   "exclusiveMinimum", "exclusiveMaximum", "minLength",
+        "maxLength", "minItems",  "maxItems",         "minProperties",    "maxProperties"};
+    auto within = [&](const json& v) {
+      for (const auto& [k, b] : out.items()) {
+        if (foldable.count(k) == 0 || !b.is_number()) continue;
+        const double x = b.get<double>();
+        double n = 0;
+        if (k.find("Length") != std::string::npos) {
+          if (!v.is_string()) continue;
+          const std::string& t = v.get_ref<const std::string&>();
+          for (unsigned char c : t) n += (c & 0xC0) != 0x80 ? 1 : 0;
+        } else if (k.find("Items") != std::string::npos) {
+          if (!v.is_array()) continue;
+          n = static_cast<double>(v.size());
+        } else if (k.find("Properties") != std::string::npos) {
+          if (!v.is_object()) continue;
+          n = static_cast<double>(v.size());
+        } else {
+          if (!v.is_number()) continue;
+          n = v.get<double>();
+        }
+        const bool ok = k.rfind("min", 0) == 0          ? n >= x
+                        : k.rfind("max", 0) == 0        ? n <= x
+                        : k == "exclusiveMinimum" ? n > x
+                                                  : n < x;
+        if (!ok) return false;
+      }
+      return true;
+    };
+    const char* key = out.contains("const") ? "const" : "enum";
+    json values = out.contains("const") ? json::array({out["const"]}) : out["enum"];
+    if (!values.is_array()) return Status::ok();
+    json kept = json::array();
+    for (const auto& v : values)
+      if (within(v)) kept.push_back(v);
+    if (kept.empty())
+      return fail(path + "/allOf", fmt::format("no value of '{}' meets the other parts' bounds", key));
+    if (out.contains("const")) {
+      out["const"] = kept[0];
+    } else {
+      out["enum"] = kept;
+    }
+    for (const auto& k : foldable) out.erase(k);
+    return Status::ok();
   }
 
   Expected<std::string> ref(const json& r, const std::string& path) {

@@ -2,10 +2,12 @@
 // (docs/structured_output.md lists it):
 //
 //   type (one or a list), properties / required / additionalProperties,
-//   enum / const, items / minItems / maxItems, anyOf / oneOf, $ref into
+//   minProperties / maxProperties, enum / const, items / prefixItems /
+//   minItems / maxItems, anyOf / oneOf, allOf (merged), $ref into
 //   $defs / definitions (recursion included), string minLength / maxLength /
-//   pattern / format (date-time, date, time, uuid, email), integer minimum /
-//   maximum / exclusiveMinimum / exclusiveMaximum; annotations (title,
+//   pattern / format (date-time, date, time, uuid, email), integer and
+//   number minimum / maximum / exclusiveMinimum / exclusiveMaximum;
+//   annotations (title,
 //   description, default, examples, $schema, $id, $comment) are ignored.
 //
 // Every other keyword is an error that names it and where it is; nothing is

@@ -98,6 +98,9 @@ std::string validate(const json& v, const json& s, const json& root, const std::
     for (const auto& a : s["anyOf"]) any = any || validate(v, a, root, path).empty();
     if (!any) return path + ": matches no anyOf alternative";
   }
+  if (s.contains("allOf"))
+    for (const auto& a : s["allOf"])
+      if (auto e = validate(v, a, root, path); !e.empty()) return e;
   if (s.contains("oneOf")) {
     int n = 0;
     for (const auto& a : s["oneOf"]) n += validate(v, a, root, path).empty();
@@ -125,10 +128,24 @@ std::string validate(const json& v, const json& s, const json& root, const std::
     if (s.contains("required"))
       for (const auto& r : s["required"])
         if (!v.contains(r.get<std::string>())) return path + ": missing " + r.get<std::string>();
+    if (s.contains("minProperties") && v.size() < s["minProperties"].get<size_t>())
+      return path + ": too few properties";
+    if (s.contains("maxProperties") && v.size() > s["maxProperties"].get<size_t>())
+      return path + ": too many properties";
   }
   if (v.is_array()) {
+    // prefixItems: item i against schema i; items: the items after them.
+    size_t first = 0;
+    if (s.contains("prefixItems")) {
+      const json& p = s["prefixItems"];
+      for (; first < p.size() && first < v.size(); ++first)
+        if (auto e = validate(v[first], p[first], root, fmt::format("{}[{}]", path, first));
+            !e.empty())
+          return e;
+      first = p.size();
+    }
     if (s.contains("items"))
-      for (size_t i = 0; i < v.size(); ++i)
+      for (size_t i = first; i < v.size(); ++i)
         if (auto e = validate(v[i], s["items"], root, fmt::format("{}[{}]", path, i)); !e.empty())
           return e;
     if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return path + ": too few";

@@ -135,7 +135,7 @@ class SchemaGen {
   int pick(int n) { return static_cast<int>(rng_() % static_cast<uint32_t>(n)); }
 
   json leaf() {
-    switch (pick(11)) {
+    switch (pick(12)) {
       case 0: {
         const int lo = pick(2);
         return {{"type", "string"}, {"minLength", lo}, {"maxLength", lo + pick(6)}};
@@ -165,13 +165,41 @@ class SchemaGen {
         return {{"const", pick(2) ? json("fixed") : json(42)}};
       case 9:
         return {{"type", json::array({"integer", "null"})}, {"minimum", 0}, {"maximum", 9}};
+      case 11: {
+        const double lo = (pick(41) - 20) / 4.0;
+        json n = {{"type", "number"}, {pick(2) ? "minimum" : "exclusiveMinimum", lo}};
+        if (pick(3) != 0) n[pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 1.5 + pick(40) / 4.0;
+        return n;
+      }
       default:
         return {{"type", "string"}, {"enum", json::array({"a", "b c", "é😀"})}};
     }
   }
 
   json node(int depth) {
-    const int k = pick(depth >= 3 ? 3 : 10);
+    const int k = pick(depth >= 3 ? 3 : 12);
+    if (k == 10) {
+      // A tuple, with more items after it or none.
+      json t = {{"type", "array"},
+                {"prefixItems", json::array({leaf(), node(depth + 1)})}};
+      if (pick(2)) {
+        t["items"] = leaf_of("integer");
+        t["maxItems"] = 2 + pick(3);
+      } else {
+        t["items"] = false;
+      }
+      return t;
+    }
+    if (k == 11) {
+      // An object extended by allOf: one more required property, and a
+      // tighter bound on one it may already have.
+      json a = object(depth + 1);
+      a.erase("additionalProperties");
+      a.erase("maxProperties");
+      return {{"allOf", json::array({a, {{"properties", {{"n", leaf_of("integer")},
+                                                         {"id", {{"minimum", 0}}}}},
+                                         {"required", json::array({"n"})}}})}};
+    }
     if (k < 3) return leaf();
     if (k < 6) return object(depth);
     if (k == 6) {
@@ -223,6 +251,12 @@ class SchemaGen {
       if (pick(2)) required.push_back(name);
     }
     json o = {{"type", "object"}, {"properties", props}, {"required", required}};
+    const int declared = static_cast<int>(props.size()), needed = static_cast<int>(required.size());
+    if (pick(6) == 0) o["minProperties"] = pick(declared + 1);
+    if (pick(6) == 0) {
+      const int lo = std::max(needed, o.value("minProperties", 0));
+      o["maxProperties"] = lo + pick(declared - lo + 1);
+    }
     const int extra = pick(10);
     if (extra == 0)
       o["additionalProperties"] = {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}};

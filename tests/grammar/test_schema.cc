@@ -3,7 +3,11 @@
 // integer near them, regex patterns, and errors that name the keyword.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <random>
+
+#include <fmt/format.h>
 
 #include "grammar/schema.h"
 #include "grammar_test_util.h"
@@ -192,6 +196,130 @@ TEST(Schema, IntegerRangesAgainstEveryNearbyInteger) {
   }
 }
 
+// Number bounds against a grid of values written as integers, with
+// fractions and as "-0.x": every accepted value lies within the bounds (the
+// grammar is sound), every integer within them is accepted, and so is a
+// value with a fraction wherever its whole unit interval fits.
+TEST(Schema, NumberRangesAgainstAGridOfValues) {
+  struct Case {
+    std::string bounds;
+    double lo, hi;
+    bool lo_excl, hi_excl;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Case> cases = {
+      {R"("minimum": 0, "maximum": 1)", 0, 1, false, false},
+      {R"("minimum": -2.5, "maximum": 3.25)", -2.5, 3.25, false, false},
+      {R"("exclusiveMinimum": -1, "exclusiveMaximum": 2)", -1, 2, true, true},
+      {R"("minimum": 0.5)", 0.5, inf, false, false},
+      {R"("maximum": -0.5)", -inf, -0.5, false, false},
+      {R"("exclusiveMaximum": 0)", -inf, 0, false, true},
+      {R"("minimum": -12, "maximum": -3)", -12, -3, false, false},
+      {R"("minimum": 7, "maximum": 7)", 7, 7, false, false}};
+  for (const auto& c : cases) {
+    auto g = schema("{\"type\": \"number\", " + c.bounds + "}");
+    ASSERT_TRUE(g);
+    int fractions = 0;
+    for (int q = -60; q <= 60; ++q) {
+      for (const std::string text :
+           {std::to_string(q), fmt::format("{}.5", q), fmt::format("{}.25", q), fmt::format("{}.0", q)}) {
+        const double x = std::stod(text);
+        const bool in = (c.lo_excl ? x > c.lo : x >= c.lo) && (c.hi_excl ? x < c.hi : x <= c.hi);
+        const bool ok = accepts(g, text);
+        if (ok) ASSERT_TRUE(in) << c.bounds << ": accepted " << text;
+        if (in && text.find('.') == std::string::npos) ASSERT_TRUE(ok) << c.bounds << ": " << text;
+        const double n = std::floor(std::fabs(x));
+        const double cell_lo = x < 0 ? -(n + 1) : n, cell_hi = x < 0 ? -n : n + 1;
+        if (text.find('.') != std::string::npos && text != "-0.5" && cell_lo >= c.lo &&
+            cell_hi <= c.hi && !(c.lo_excl && cell_lo == c.lo) &&
+            !(c.hi_excl && cell_hi == c.hi) && in)
+          ASSERT_TRUE(ok) << c.bounds << ": " << text;
+        fractions += ok && text.find('.') != std::string::npos;
+      }
+    }
+    EXPECT_FALSE(accepts(g, "1e3"));  // bounded numbers have no exponent
+    if (c.hi - c.lo >= 2) EXPECT_GT(fractions, 0) << c.bounds;
+  }
+  auto z = schema(R"({"type": "number", "minimum": -1, "maximum": 0})");
+  EXPECT_TRUE(accepts(z, "-0.5"));
+  EXPECT_TRUE(accepts(z, "0"));
+  EXPECT_FALSE(accepts(z, "0.5"));
+}
+
+TEST(Schema, PrefixItemsTuples) {
+  auto t = schema(R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]})");
+  EXPECT_TRUE(accepts(t, R"([1, "a"])"));
+  EXPECT_FALSE(accepts(t, R"([1])"));
+  EXPECT_FALSE(accepts(t, R"([1, "a", 2])"));  // no items beyond the tuple
+  EXPECT_FALSE(accepts(t, R"(["a", 1])"));
+  auto rest = schema(R"({"prefixItems": [{"const": "op"}], "items": {"type": "integer"},
+                        "maxItems": 3})");
+  EXPECT_TRUE(accepts(rest, R"(["op"])"));
+  EXPECT_TRUE(accepts(rest, R"(["op", 1, 2])"));
+  EXPECT_FALSE(accepts(rest, R"(["op", 1, 2, 3])"));
+  EXPECT_FALSE(accepts(rest, R"(["op", "x"])"));
+  auto more = schema(R"({"prefixItems": [{"type": "null"}], "minItems": 3})");
+  EXPECT_TRUE(accepts(more, R"([null, 1, "x"])"));
+  EXPECT_FALSE(accepts(more, R"([null, 1])"));
+}
+
+TEST(Schema, MinAndMaxProperties) {
+  auto min = schema(R"({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                       "c": {"type": "integer"}}, "minProperties": 2})");
+  EXPECT_TRUE(accepts(min, R"({"a": 1, "b": 2})"));
+  EXPECT_TRUE(accepts(min, R"({"a": 1, "b": 2, "c": 3})"));
+  EXPECT_FALSE(accepts(min, R"({"a": 1})"));
+  EXPECT_FALSE(accepts(min, "{}"));
+  auto max = schema(R"({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                       "c": {"type": "integer"}}, "required": ["c"], "maxProperties": 2,
+                       "additionalProperties": true})");
+  EXPECT_TRUE(accepts(max, R"({"a": 1, "c": 3})"));
+  EXPECT_TRUE(accepts(max, R"({"c": 3})"));
+  EXPECT_FALSE(accepts(max, R"({"a": 1, "b": 2, "c": 3})"));
+  EXPECT_FALSE(accepts(max, R"({"c": 3, "z": 1})"));  // extras left out under a maximum
+  auto none = schema(R"({"type": "object", "maxProperties": 0})");
+  EXPECT_TRUE(accepts(none, "{}"));
+  EXPECT_FALSE(accepts(none, R"({"a": 1})"));
+}
+
+TEST(Schema, AllOfMerges) {
+  auto s = schema(R"({"$defs": {"named": {"type": "object", "properties": {
+                          "name": {"type": "string", "maxLength": 8}}, "required": ["name"]}},
+                      "allOf": [{"$ref": "#/$defs/named"},
+                                {"properties": {"age": {"type": "integer", "minimum": 0},
+                                                "name": {"minLength": 2}},
+                                 "required": ["age"]}]})");
+  EXPECT_TRUE(accepts(s, R"({"name": "ab", "age": 3})"));
+  EXPECT_FALSE(accepts(s, R"({"name": "ab"})"));            // age required by part 2
+  EXPECT_FALSE(accepts(s, R"({"age": 3})"));                // name required by part 1
+  EXPECT_FALSE(accepts(s, R"({"name": "a", "age": 3})"));   // minLength from part 2
+  EXPECT_FALSE(accepts(s, R"({"name": "abcdefghi", "age": 3})"));  // maxLength from part 1
+  EXPECT_FALSE(accepts(s, R"({"name": "ab", "age": -1})"));
+  // A closed part keeps the other part's property out.
+  auto closed = schema(R"({"allOf": [{"properties": {"a": {"type": "integer"}},
+                                       "additionalProperties": false},
+                                      {"properties": {"b": {"type": "integer"}}}]})");
+  EXPECT_TRUE(accepts(closed, R"({"a": 1})"));
+  EXPECT_FALSE(accepts(closed, R"({"a": 1, "b": 2})"));
+  auto nums = schema(R"({"type": "number", "allOf": [{"minimum": 2}, {"maximum": 4},
+                                                   {"type": "integer"}]})");
+  EXPECT_TRUE(accepts(nums, "3"));
+  EXPECT_FALSE(accepts(nums, "3.5"));
+  EXPECT_FALSE(accepts(nums, "5"));
+  auto enums = schema(R"({"allOf": [{"enum": ["a", "b", "c"]}, {"enum": ["b", "c", "d"]}]})");
+  EXPECT_TRUE(accepts(enums, R"("b")"));
+  EXPECT_FALSE(accepts(enums, R"("a")"));
+  // Bounds from one part filter another part's enum, each on its own kind.
+  auto folded = schema(R"({"allOf": [{"enum": [1, 5, 9, "long text", "ok"]},
+                                     {"minimum": 4, "maxLength": 3}]})");
+  EXPECT_TRUE(accepts(folded, "5"));
+  EXPECT_TRUE(accepts(folded, R"("ok")"));
+  EXPECT_FALSE(accepts(folded, "1"));
+  EXPECT_FALSE(accepts(folded, R"("long text")"));
+  EXPECT_NE(error_of(R"({"allOf": [{"const": 3}, {"minimum": 4}]})").find("no value of 'const'"),
+            std::string::npos);
+}
+
 TEST(Schema, ErrorsNameTheKeyword) {
   EXPECT_EQ(error_of(R"({"type": "integer", "multipleOf": 3})"),
             "JSON schema: at the root: keyword 'multipleOf' is not supported");
@@ -217,7 +345,7 @@ TEST(Schema, ErrorsNameTheKeyword) {
   EXPECT_NE(error_of(R"({"$ref": "http://x/y.json"})").find("not a local reference"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"$ref": "#"})").find("refers to itself"), std::string::npos);
-  EXPECT_NE(error_of(R"({"type": "number", "minimum": 0})").find("'minimum' on type 'number'"),
+  EXPECT_NE(error_of(R"({"type": "number", "minimum": 5, "maximum": 4.5})").find("no number"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer"),
             std::string::npos);
@@ -225,7 +353,30 @@ TEST(Schema, ErrorsNameTheKeyword) {
   EXPECT_NE(error_of("false").find("allows no value"), std::string::npos);
   EXPECT_NE(error_of(R"({"items": [{"type": "null"}]})").find("tuple"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "array", "maxItems": 100000})").find("limit"), std::string::npos);
-  EXPECT_NE(error_of(R"({"allOf": [{}]})").find("'allOf'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"allOf": []})").find("at /allOf: must be a non-empty array"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})")
+                .find("have no value in common"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"allOf": [{"pattern": "^a"}, {"pattern": "b$"}]})")
+                .find("'pattern' in more than one part"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
+                                   {"required": ["b"]}]})")
+                .find("property 'b' is required"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"prefixItems": [{}, {}], "maxItems": 1})").find("below the 2"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"prefixItems": [{}], "items": false, "minItems": 2})")
+                .find("'items' is false"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"properties": {"a": {}}, "minProperties": 2})")
+                .find("'minProperties' 2 asks for more"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"properties": {"a": {}, "b": {}}, "required": ["a", "b"],
+                         "maxProperties": 1})")
+                .find("'maxProperties' 1 is below the 2"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"type": "string", "$ref": "#/x"})").find("'$ref' beside 'type'"),
             std::string::npos);
 }
