@@ -69,7 +69,10 @@ struct EngineConfig {
   // -1 = 4 × n_parallel. A cached prefix resumes from its deepest snapshot.
   int32_t state_snapshots = -1;
   int32_t state_snapshot_interval = 1024;  // tokens, rounded up to whole pages
-  int max_queue = 256;          // waiting requests beyond this are rejected (kUnavailable)
+  // Requests waiting for a sequence slot beyond this are rejected
+  // (kUnavailable); one that finds a free slot never is, so 0 admits only
+  // what can start at once.
+  int max_queue = 256;
   // The latency target the scheduler keeps for running streams (time per
   // output token, ms; docs/engine.md): while sequences decode, each step's
   // prefill chunk is cut to what a cost model of the step (step_cost.h,

@@ -154,11 +154,17 @@ Expected<Stream> Scheduler::submit(Request r) {
   s->waker = waker;
   {
     std::lock_guard<std::mutex> l(inbox_mu);
-    if (queued.load() >= cfg().max_queue) {
+    // The queue bounds requests that wait for a sequence slot: those that
+    // the free slots will take at once do not count, so --max-queue 0
+    // admits exactly what can start now.
+    const int free_slots = std::max(0, cfg().n_parallel - n_running.load());
+    if (queued.load() >= cfg().max_queue + free_slots) {
       std::lock_guard<std::mutex> ls(stats_mu);
       ++shared_stats.requests_rejected;
-      return error(Code::kUnavailable, "engine: the queue is full ({} requests waiting)",
-                   queued.load());
+      return error(Code::kUnavailable,
+                   "engine: the queue is full ({} requests waiting for the {} sequence slots, "
+                   "--max-queue {})",
+                   queued.load(), cfg().n_parallel, cfg().max_queue);
     }
     queued.fetch_add(1);
     inbox.push_back(s);
@@ -188,6 +194,7 @@ EngineStats Scheduler::stats() const {
 
 void Scheduler::publish_stats() {
   st.running = static_cast<int>(running.size());
+  n_running.store(st.running);
   st.waiting = queued.load();
   st.kv_pages_cached = prefix ? prefix->evictable() : 0;
   st.kv_pages_used = cache->n_pages() - cache->n_free_pages() - st.kv_pages_cached;
@@ -332,6 +339,9 @@ void Scheduler::admit() {
     s.admit_order = ++admit_counter;
     running.push_back(std::move(waiting.front()));
     waiting.pop_front();
+    // Running first, then the queue: submit() may undercount free slots for
+    // a moment, never overcount them.
+    n_running.store(static_cast<int>(running.size()));
     queued.fetch_sub(1);
   }
 }

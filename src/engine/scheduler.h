@@ -134,6 +134,9 @@ struct Engine::Impl {
   std::deque<std::shared_ptr<detail::RequestState>> inbox;
   std::unordered_map<uint64_t, std::weak_ptr<detail::RequestState>> live;  // by id, under inbox_mu
   std::atomic<int> queued{0};  // in the inbox or waiting (not yet running)
+  // running.size() as of the last publish_stats(), for submit()'s admission
+  // check (published before any finished request's client hears of it).
+  std::atomic<int> n_running{0};
   std::atomic<uint64_t> next_id{1};
   mutable std::mutex stats_mu;
   EngineStats shared_stats;

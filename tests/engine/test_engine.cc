@@ -369,6 +369,45 @@ TEST(Engine, FullQueueIsRejectedAtOnce) {
   EXPECT_EQ(e->stats().requests_rejected, uint64_t(rejected));
 }
 
+// --max-queue 0: what finds a free sequence slot is taken, nothing waits.
+// (It used to refuse every request: the queue bound counted the requests
+// the free slots were about to take.)
+TEST(Engine, MaxQueueZeroTakesWhatCanStartNow) {
+  EngineConfig c = base_config();
+  c.n_parallel = 2;
+  c.max_queue = 0;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  std::vector<Stream> keep;
+  for (int i = 0; i < 2; ++i) {
+    auto s = e->submit(greedy(prompt_of(20, 70 + i), 800));
+    ASSERT_TRUE(s) << s.status().message();
+    keep.push_back(std::move(*s));
+  }
+  for (int i = 0; i < 500 && e->stats().running < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(e->stats().running, 2);
+  auto third = e->submit(greedy(prompt_of(20, 80), 4));
+  ASSERT_FALSE(third);
+  EXPECT_EQ(third.status().code(), Code::kUnavailable);
+  EXPECT_NE(third.status().message().find("--max-queue 0"), std::string::npos)
+      << third.status().message();
+  // One slot frees: the next request is taken and runs to its end.
+  e->cancel(keep[0].id());
+  for (int i = 0; i < 500 && e->stats().running > 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto fourth = e->submit(greedy(prompt_of(20, 90), 4));
+  ASSERT_TRUE(fourth) << fourth.status().message();
+  int tokens = 0;
+  for (;;) {
+    auto ev = fourth->next(std::chrono::milliseconds(60000));
+    ASSERT_TRUE(ev);
+    tokens += static_cast<int>(ev->tokens.size());
+    if (ev->done) break;
+  }
+  EXPECT_EQ(tokens, 4);
+}
+
 TEST(Engine, BadRequestsNameTheProblem) {
   auto e = make(base_config());
   ASSERT_TRUE(e);
