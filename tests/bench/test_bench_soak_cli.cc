@@ -40,35 +40,35 @@ std::string slurp(const std::string& p) {
   return ss.str();
 }
 
-// Twenty seconds: long enough for every check but the drifts (which need
-// minutes of samples and are reported as not judged), bursts, probes and
-// the idle check after the load.
+// The 60-second CI soak: long enough for every check but the
+// drifts (which need two minutes of samples and are reported as not
+// judged), bursts, probes and the idle check after the load.
 TEST(CliSoak, ShortSoakOfAStartedServerPasses) {
   const std::string dir = tmp_path("bench_soak_report");
   std::filesystem::remove_all(dir);
   auto r = run_cli("bench soak -m " + tiny_model() +
-                   " --duration 20s --sample-interval 2s --max-prompt 256 -np 4 -t 2 -o " + dir);
+                   " --duration 60s --sample-interval 5s --max-prompt 256 -np 4 -t 2 -o " + dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("verdict PASS"), std::string::npos) << r.err;
   const json j = json::parse(slurp(dir + "/report.json"));
   const Status st = bench::validate_report(j);
   ASSERT_TRUE(st) << st.message();
   const json& k = j["soak"];
-  EXPECT_GE(k["duration_s"].get<double>(), 20);
-  EXPECT_LT(k["duration_s"].get<double>(), 40);
-  EXPECT_GT(k["requests"].get<int64_t>(), 20);
+  EXPECT_GE(k["duration_s"].get<double>(), 60);
+  EXPECT_LT(k["duration_s"].get<double>(), 90);
+  EXPECT_GT(k["requests"].get<int64_t>(), 60);
   EXPECT_TRUE(k["errors"].empty()) << k["errors"].dump() << k["error_examples"].dump();
   EXPECT_EQ(k["errors_5xx"], 0);
   EXPECT_EQ(k["pages_leaked"], 0);
-  EXPECT_TRUE(k["rss_drift_pct_per_h"].is_number());  // measured, not judged in 20 s
+  EXPECT_TRUE(k["rss_drift_pct_per_h"].is_number());  // measured, not judged in 60 s
   EXPECT_EQ(k["deterministic_ok"], true);
   EXPECT_EQ(k["pass"], true);
   // The mix reached the server: malformed requests answered 4xx, streams cut off.
   EXPECT_GT(k["outcomes"].value("malformed_4xx", 0), 0) << k["outcomes"].dump();
   EXPECT_GT(k["outcomes"].value("disconnected", 0), 0) << k["outcomes"].dump();
   EXPECT_GE(k["probes"].size(), 3u);
-  // A sample every 2 s, each with the child's RSS and the server's gauges.
-  ASSERT_GE(k["samples"].size(), 9u);
+  // A sample every 5 s, each with the child's RSS and the server's gauges.
+  ASSERT_GE(k["samples"].size(), 11u);
   bool burst = false;
   for (const auto& s : k["samples"]) {
     EXPECT_GT(s["rss_bytes"].get<double>(), 1e6);
