@@ -379,6 +379,22 @@ class Converter {
     return v.get<int64_t>();
   }
 
+  // A pair of count keywords (minItems / maxItems and the like) into *lo
+  // (0 when absent) and *hi (-1 when absent), the maximum not below the
+  // minimum.
+  Status count_range(const json& s, const char* min_key, const char* max_key,
+                     const std::string& path, int64_t* lo, int64_t* hi) {
+    if (s.contains(min_key)) {
+      SUSTAIN_ASSIGN_OR_RETURN(*lo, count(s, min_key, path));
+    }
+    if (s.contains(max_key)) {
+      SUSTAIN_ASSIGN_OR_RETURN(*hi, count(s, max_key, path));
+    }
+    if (*hi >= 0 && *hi < *lo)
+      return fail(path, fmt::format("'{}' is below '{}'", max_key, min_key));
+    return Status::ok();
+  }
+
   // "{m,n}" (n < 0: unbounded), or "" for {1,1}.
   static std::string reps(int64_t m, int64_t n) {
     if (n < 0) return m == 0 ? "*" : m == 1 ? "+" : fmt::format("{{{},}}", m);
@@ -414,13 +430,7 @@ class Converter {
     }
     if (!has_len) return use("string");
     int64_t lo = 0, hi = -1;
-    if (s.contains("minLength")) {
-      SUSTAIN_ASSIGN_OR_RETURN(lo, count(s, "minLength", path));
-    }
-    if (s.contains("maxLength")) {
-      SUSTAIN_ASSIGN_OR_RETURN(hi, count(s, "maxLength", path));
-    }
-    if (hi >= 0 && hi < lo) return fail(path, "'maxLength' is below 'minLength'");
+    SUSTAIN_TRY(count_range(s, "minLength", "maxLength", path, &lo, &hi));
     if (hi == 0) return define(hint, "\"\\\"\\\"\"");
     return define(hint, "\"\\\"\" " + use("json-char") + reps(lo, hi) + " \"\\\"\"");
   }
@@ -541,13 +551,7 @@ class Converter {
       SUSTAIN_ASSIGN_OR_RETURN(item, visit(s["items"], hint + "-item", path + "/items"));
     }
     int64_t lo = 0, hi = -1;
-    if (s.contains("minItems")) {
-      SUSTAIN_ASSIGN_OR_RETURN(lo, count(s, "minItems", path));
-    }
-    if (s.contains("maxItems")) {
-      SUSTAIN_ASSIGN_OR_RETURN(hi, count(s, "maxItems", path));
-    }
-    if (hi >= 0 && hi < lo) return fail(path, "'maxItems' is below 'minItems'");
+    SUSTAIN_TRY(count_range(s, "minItems", "maxItems", path, &lo, &hi));
     const std::string ws = use("ws");
     if (hi == 0) return define(hint, "\"[\" " + ws + " \"]\"");
     const std::string more = fmt::format("( \",\" {} {} {} )", ws, item, ws);
@@ -571,13 +575,7 @@ class Converter {
       return fail(path + "/prefixItems", "must be a non-empty array of schemas");
     const auto n = static_cast<int64_t>(prefix.size());
     int64_t lo = 0, hi = -1;
-    if (s.contains("minItems")) {
-      SUSTAIN_ASSIGN_OR_RETURN(lo, count(s, "minItems", path));
-    }
-    if (s.contains("maxItems")) {
-      SUSTAIN_ASSIGN_OR_RETURN(hi, count(s, "maxItems", path));
-    }
-    if (hi >= 0 && hi < lo) return fail(path, "'maxItems' is below 'minItems'");
+    SUSTAIN_TRY(count_range(s, "minItems", "maxItems", path, &lo, &hi));
     if (hi >= 0 && hi < n)
       return fail(path, fmt::format("'maxItems' {} is below the {} 'prefixItems' (a tuple cut "
                                     "short is not supported)",
@@ -681,14 +679,7 @@ class Converter {
     const json* addl = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
     const bool addl_false = addl != nullptr && addl->is_boolean() && !addl->get<bool>();
     int64_t min_props = 0, max_props = -1;
-    if (s.contains("minProperties")) {
-      SUSTAIN_ASSIGN_OR_RETURN(min_props, count(s, "minProperties", path));
-    }
-    if (s.contains("maxProperties")) {
-      SUSTAIN_ASSIGN_OR_RETURN(max_props, count(s, "maxProperties", path));
-    }
-    if (max_props >= 0 && max_props < min_props)
-      return fail(path, "'maxProperties' is below 'minProperties'");
+    SUSTAIN_TRY(count_range(s, "minProperties", "maxProperties", path, &min_props, &max_props));
     const bool counted = min_props > 0 || max_props >= 0;
     if (props == nullptr && required.empty() && !counted &&
         (addl == nullptr || *addl == json(true)))
