@@ -51,6 +51,7 @@ struct ServeArgs {
   int max_n = 8;
   double shutdown_timeout_s = 10.0;
   double header_timeout_s = 10.0, body_timeout_s = 60.0, write_timeout_s = 30.0;
+  double min_write_rate = 1024;  // bytes/s
   int http_threads = 0;  // 0: parallel + max-queue + 8
 };
 
@@ -109,6 +110,7 @@ int run_serve(const ServeArgs& a) {
   sc.header_timeout = millis(a.header_timeout_s);
   sc.body_timeout = millis(a.body_timeout_s);
   sc.write_timeout = millis(a.write_timeout_s);
+  sc.min_write_rate = static_cast<size_t>(a.min_write_rate);
   if (!a.mmproj.empty()) {
     auto in = engine::ImageInput::open(
         a.mmproj, a.m.threads > 0 ? a.m.threads : ThreadPool::hardware_threads());
@@ -240,6 +242,12 @@ Runner add_serve(CLI::App& app) {
                   "before the response ends and its request is cancelled")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 3600.0));
+  sub->add_option("--min-write-rate", a->min_write_rate,
+                  "bytes per second a client must take while the response waits on it: over "
+                  "each --write-timeout spent waiting, a client that took less is cut off like "
+                  "one that stopped reading (0 = no minimum)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
   sub->add_option("--http-threads", a->http_threads,
                   "handler threads, one per open connection; connections past them get 503 "
                   "with Retry-After at once (0: parallel + max-queue + 8, at most 1024)")

@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -206,14 +208,50 @@ ssize_t DeadlineStream::read(char* ptr, size_t size) {
   return static_cast<ssize_t>(n);
 }
 
+size_t DeadlineStream::unacknowledged() const {
+  int q = 0;
+  if (::ioctl(fd_, SIOCOUTQ, &q) != 0 || q < 0) return 0;
+  return static_cast<size_t>(q);
+}
+
 ssize_t DeadlineStream::write(const char* ptr, size_t size) {
-  const auto until = Clock::now() + lim_->write;
+  // Progress is the client acknowledging bytes (the kernel's send queue
+  // shrinking), not the socket turning writable: Linux reports a socket
+  // writable only once a third of its buffer is free, which a client taking
+  // a few KB a second may need many seconds to make.
+  auto no_progress_until = Clock::now() + lim_->write;
+  size_t queued = unacknowledged();
   for (;;) {
     const ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0) return n;
+    if (n >= 0) {
+      write_bytes_ += static_cast<size_t>(n);
+      return n;
+    }
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-    if (!wait(POLLOUT, until)) {
+    // Wait for room in slices, so progress and the rate are looked at often.
+    const auto t0 = Clock::now();
+    const auto slice = std::min({no_progress_until, t0 + std::chrono::milliseconds(100),
+                                 t0 + (lim_->write - write_waited_)});
+    const bool ready = wait(POLLOUT, slice);
+    const auto t1 = Clock::now();
+    write_waited_ += t1 - t0;
+    const size_t q = unacknowledged();
+    if (q < queued) no_progress_until = t1 + lim_->write;
+    queued = q;
+    if (lim_->min_write_rate > 0 && write_waited_ >= lim_->write) {
+      const size_t taken = write_bytes_ - std::min(q, write_bytes_);
+      const double waited = std::chrono::duration<double>(write_waited_).count();
+      if (static_cast<double>(taken - std::min(taken, taken_at_check_)) <
+          static_cast<double>(lim_->min_write_rate) * waited) {
+        conn_->write_timed_out = true;
+        conn_->write_too_slow = true;
+        return -1;
+      }
+      write_waited_ = {};
+      taken_at_check_ = taken;
+    }
+    if (!ready && t1 >= no_progress_until) {
       conn_->write_timed_out = true;
       return -1;
     }
@@ -371,7 +409,10 @@ bool HttpServer::serve(int sock, Connection& conn) {
     bool closed = false;
     ret = process_request(strm, i + 1 == count, closed, nullptr);
     if (conn.write_timed_out) {
-      if (counters_ != nullptr) counters_->write_timeouts++;
+      if (counters_ != nullptr) {
+        counters_->write_timeouts++;
+        if (conn.write_too_slow) counters_->write_too_slow++;
+      }
       return false;
     }
     if (conn.read_failure != ReadFailure::kNone) {

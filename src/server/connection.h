@@ -9,10 +9,15 @@
 //    second never tripped them. A request that misses a deadline is answered
 //    408 (431 for headers too large) with a JSON body and the connection is
 //    closed; a connection that sent nothing is closed silently.
-//  - a write that makes no progress for `write` (the client stopped reading
-//    and its socket buffer is full) fails, which ends the response; a
-//    stream's request is then cancelled like a disconnect. The engine never
-//    waits on a client in any case: it appends events to a request's queue.
+//  - a write that waits `write` without the client acknowledging a byte
+//    (it stopped reading and the socket buffers are full) fails, which ends
+//    the response; a stream's request is then cancelled like a disconnect.
+//    A client that reads, but only a trickle, is held to a minimum rate:
+//    each time the response's writes have spent `write` in all waiting on
+//    it, it must have acknowledged at least `min_write_rate` bytes per
+//    second of that waiting, else the response ends the same way. A client
+//    that keeps up never makes a write wait, so the rule never touches it. The engine never waits on a client in any
+//    case: it appends events to a request's queue.
 //  - handler threads come from HandlerPool: a connection that arrives while
 //    every handler thread is busy goes to a small overflow pool that serves
 //    one request and closes (completions get 503 with Retry-After, /health
@@ -42,6 +47,7 @@ struct ConnectionLimits {
   std::chrono::milliseconds header{10'000};     // first byte → end of the headers
   std::chrono::milliseconds body{60'000};       // end of the headers → end of the body
   std::chrono::milliseconds write{30'000};      // one write making no progress
+  size_t min_write_rate = 1024;                  // bytes/s while writes wait on the client; 0 = off
   std::chrono::milliseconds keep_alive{5'000};  // idle between requests of a connection
   std::chrono::milliseconds max_wait{600'000};  // any one socket wait (--timeout)
   size_t max_header_bytes = 16u << 10;          // request line + headers
@@ -57,6 +63,7 @@ struct Connection {
   bool overflow = false;                          // arrived while every handler thread was busy
   ReadFailure read_failure = ReadFailure::kNone;  // of the current request
   bool write_timed_out = false;
+  bool write_too_slow = false;  // ended by the minimum write rate (write_timed_out is set too)
 };
 
 // The connection the calling thread serves, or nullptr (not a handler thread).
@@ -83,7 +90,8 @@ class DeadlineStream final : public httplib::Stream {
   bool wait_for_request(std::chrono::milliseconds idle, const std::function<bool()>& stop);
   // Bytes of the current request handed to httplib so far.
   size_t request_bytes() const { return request_bytes_; }
-  // Writes all of `data` (bounded by the write deadline per write).
+  // Writes all of `data` (bounded by the write deadline and the minimum
+  // write rate).
   bool write_all(const std::string& data);
 
   bool is_readable() const override;
@@ -109,6 +117,15 @@ class DeadlineStream final : public httplib::Stream {
   uint32_t tail_ = 0;  // the last four header bytes, to find "\r\n\r\n"
   size_t header_bytes_ = 0, request_bytes_ = 0;
   Clock::time_point deadline_;
+  // Bytes written but not yet acknowledged by the client (SIOCOUTQ); 0
+  // where the socket cannot say.
+  size_t unacknowledged() const;
+  // The minimum write rate: bytes written in all, time spent waiting on the
+  // client since the last check, and the bytes the client had acknowledged
+  // at that check.
+  size_t write_bytes_ = 0;
+  Clock::duration write_waited_{};
+  size_t taken_at_check_ = 0;
 };
 
 // Handler threads. A connection goes to a free worker when one is free, else

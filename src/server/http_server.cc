@@ -158,6 +158,7 @@ Expected<int> Server::bind() {
   lim.header = cfg.header_timeout;
   lim.body = cfg.body_timeout;
   lim.write = cfg.write_timeout;
+  lim.min_write_rate = cfg.min_write_rate;
   lim.max_wait = std::chrono::seconds(cfg.timeout_s);
   lim.overflow_read = std::min(lim.overflow_read, lim.header);
   // The exact limit is checked once the headers are parsed (431 below); the

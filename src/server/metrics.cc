@@ -60,6 +60,7 @@ ServerCountersSnapshot snapshot(const ServerCounters& c) {
   s.completions_ok = c.completions_ok.load();
   s.read_timeouts = c.read_timeouts.load();
   s.write_timeouts = c.write_timeouts.load();
+  s.write_too_slow = c.write_too_slow.load();
   s.busy_rejections = c.busy_rejections.load();
   return s;
 }
@@ -108,8 +109,12 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
          "requests whose headers or body did not arrive in time (408 or closed)",
          static_cast<double>(c.read_timeouts));
   metric(out, "sustain_write_timeouts_total", "counter",
-         "responses cut off because the client stopped reading (--write-timeout)",
+         "responses cut off because the client stopped reading (--write-timeout) or read "
+         "too slowly (--min-write-rate)",
          static_cast<double>(c.write_timeouts));
+  metric(out, "sustain_write_too_slow_total", "counter",
+         "of those, responses cut off because the client read below --min-write-rate",
+         static_cast<double>(c.write_too_slow));
   metric(out, "sustain_busy_rejections_total", "counter",
          "completions answered 503 because every handler thread was busy",
          static_cast<double>(c.busy_rejections));

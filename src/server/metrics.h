@@ -19,13 +19,15 @@ struct ServerCounters {
   std::atomic<uint64_t> completions_ok{0};    // requests answered in full
   std::atomic<uint64_t> read_timeouts{0};     // 408s: headers or body not in time
   std::atomic<uint64_t> write_timeouts{0};    // responses cut off: the client stopped reading
+  std::atomic<uint64_t> write_too_slow{0};    // ... of which: it read below --min-write-rate
   std::atomic<uint64_t> busy_rejections{0};   // 503s: every handler thread was busy
 };
 
 // A plain copy of ServerCounters (the atomics are not copyable).
 struct ServerCountersSnapshot {
   uint64_t http_requests = 0, queue_rejections = 0, client_errors = 0, disconnects = 0,
-           completions_ok = 0, read_timeouts = 0, write_timeouts = 0, busy_rejections = 0;
+           completions_ok = 0, read_timeouts = 0, write_timeouts = 0, write_too_slow = 0,
+           busy_rejections = 0;
 };
 ServerCountersSnapshot snapshot(const ServerCounters& c);
 

@@ -31,10 +31,13 @@ struct ServerConfig {
   // A request's line and headers must arrive within header_timeout of its
   // first byte, its body within body_timeout of the headers (else 408); a
   // response write making no progress for write_timeout ends the response
-  // (a stream's request is cancelled). connection.h has the details.
+  // (a stream's request is cancelled), and so does a client that, over
+  // write_timeout of waiting, took less than min_write_rate bytes a second.
+  // connection.h has the details.
   std::chrono::milliseconds header_timeout{10'000};
   std::chrono::milliseconds body_timeout{60'000};
   std::chrono::milliseconds write_timeout{30'000};
+  size_t min_write_rate = 1024;  // bytes/s; 0 = no minimum
   size_t max_body_bytes = 8u << 20;             // larger bodies → 413
   size_t max_header_bytes = 16u << 10;          // request line + headers; larger → 431
   int64_t default_max_tokens_completions = 16;  // OpenAI's default for /v1/completions

@@ -297,6 +297,126 @@ TEST(ServerSlowClients, StreamWhoseClientStopsReadingIsCutOffOthersContinue) {
   EXPECT_EQ(r->status, 200);
 }
 
+// A client on a small receive buffer that reads a stream `chunk` bytes per
+// `every` until the server closes or `give_up` passes.
+struct Trickle {
+  bool closed = false;
+  size_t bytes = 0;
+  double seconds = 0;
+  std::string head;  // the first bytes: the status line
+};
+
+Trickle trickle_read(int port, size_t chunk, std::chrono::milliseconds every,
+                     std::chrono::milliseconds give_up, const std::atomic<bool>* stop = nullptr) {
+  Trickle t;
+  const json big = {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
+                    {"max_tokens", 4000},
+                    {"n", 8},
+                    {"logprobs", true},
+                    {"top_logprobs", 20},
+                    {"temperature", 1.0},
+                    {"ignore_eos", true},
+                    {"stream", true}};
+  const std::string body = big.dump();
+  const int fd = connect_to(port, 4096);
+  if (fd < 0) return t;
+  const auto t0 = Clock::now();
+  send_all(fd,
+           "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+           "Content-Type: application/json\r\nContent-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n" + body);
+  std::vector<char> buf(chunk);
+  while (Clock::now() - t0 < give_up && !(stop != nullptr && *stop)) {
+    std::this_thread::sleep_for(every);
+    const ssize_t n = ::recv(fd, buf.data(), chunk, MSG_DONTWAIT);
+    if (n == 0) {
+      t.closed = true;
+      break;
+    }
+    if (n > 0) {
+      if (t.head.size() < 64) t.head.append(buf.data(), std::min<size_t>(n, 64 - t.head.size()));
+      t.bytes += static_cast<size_t>(n);
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      t.closed = true;
+      break;
+    }
+  }
+  t.seconds = since(t0);
+  ::close(fd);
+  return t;
+}
+
+// A client that does read, but a trickle, held a handler thread for as long
+// as it kept reading: each write made some progress, so the per-write
+// deadline never fired. The minimum rate cuts it off; a client reading above
+// the rate is served to the end of its window.
+TEST(ServerSlowClients, ATrickleReaderIsCutOffAtTheMinimumWriteRate) {
+  SUSTAIN_START_SERVER(srv, "-c 8192 -np 10 --write-timeout 2 --min-write-rate 20000");
+  const int port = srv->port();
+  // About 5 KB/s: below the rate. It reads on until told to stop (what the
+  // server had queued before it gave up still reaches it, so it sees the
+  // close only much later).
+  std::atomic<bool> stop{false};
+  const auto t0 = Clock::now();
+  auto slow = std::async(std::launch::async, [port, &stop] {
+    return trickle_read(port, 512, std::chrono::milliseconds(100), std::chrono::seconds(30),
+                        &stop);
+  });
+  // About 400 KB/s: above it (or simply keeping up with generation).
+  const Trickle fast =
+      trickle_read(port, 4096, std::chrono::milliseconds(10), std::chrono::seconds(4));
+  // The server gives the trickle up: its write fails, its 8 engine requests
+  // are cancelled, and the handler thread is free.
+  double too_slow = 0, running = 1;
+  while (since(t0) < 20) {
+    too_slow = metric(*srv, "sustain_write_too_slow_total");
+    running = metric(*srv, "sustain_requests_running");
+    if (too_slow >= 1 && running == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double took = since(t0);
+  stop = true;
+  const Trickle t = slow.get();
+  std::printf("trickle reader (%zu bytes read) given up after %.2f s; fast reader: %zu bytes in "
+              "%.2f s\n",
+              t.bytes, took, fast.bytes, fast.seconds);
+  EXPECT_EQ(status_of(t.head), 200) << t.head;
+  EXPECT_EQ(too_slow, 1);
+  EXPECT_EQ(running, 0);
+  EXPECT_LT(took, 15.0);
+  EXPECT_EQ(status_of(fast.head), 200) << fast.head;
+  EXPECT_FALSE(fast.closed) << "a reader above the rate was cut off after " << fast.seconds
+                            << " s";
+  EXPECT_EQ(metric(*srv, "sustain_write_timeouts_total"), 1) << "the trickle's, and no other";
+  auto c = srv->client(10);
+  auto r = c.Post("/v1/completions", R"({"prompt":"hi","max_tokens":2})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+// The same trickle with no minimum rate is served on: the rule above is what
+// cut it off, not the per-write deadline.
+TEST(ServerSlowClients, WithoutAMinimumRateATrickleReaderIsServedOn) {
+  SUSTAIN_START_SERVER(srv, "-c 8192 -np 10 --write-timeout 2 --min-write-rate 0");
+  const int port = srv->port();
+  std::atomic<bool> stop{false};
+  auto slow = std::async(std::launch::async, [port, &stop] {
+    return trickle_read(port, 512, std::chrono::milliseconds(100), std::chrono::seconds(30),
+                        &stop);
+  });
+  // Long past the write deadline: the client acknowledges bytes all along,
+  // so its writes make progress and it is served on.
+  std::this_thread::sleep_for(std::chrono::seconds(8));
+  const double timeouts = metric(*srv, "sustain_write_timeouts_total");
+  stop = true;
+  const Trickle t = slow.get();
+  std::printf("trickle reader without a minimum: %zu bytes in %.2f s, closed=%d\n", t.bytes,
+              t.seconds, t.closed);
+  EXPECT_EQ(status_of(t.head), 200) << t.head;
+  EXPECT_FALSE(t.closed);
+  EXPECT_EQ(timeouts, 0);
+}
+
 // Opens a stream that runs on a handler thread: its status line says 200.
 // A 503 means no thread was free (the connection that polled /health during
 // startup may still hold one for a moment): try again.
@@ -507,6 +627,11 @@ TEST(ServerSlowClients, TimeoutFlagsOutOfRangeAreRefused) {
       EXPECT_NE(r.exit_code, 0) << flag << " " << v;
       EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
     }
+  }
+  for (const char* v : {"-1", "abc", "1e12"}) {
+    const CliResult r = run_cli(std::string("serve -m unused.gguf --min-write-rate ") + v);
+    EXPECT_NE(r.exit_code, 0) << v;
+    EXPECT_NE(r.err.find("--min-write-rate"), std::string::npos) << r.err;
   }
   const CliResult r = run_cli("serve -m unused.gguf --http-threads -3");
   EXPECT_NE(r.exit_code, 0);
