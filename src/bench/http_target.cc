@@ -156,6 +156,12 @@ RequestTiming HttpTarget::run(int64_t index, BenchClock::time_point origin) {
       {"model", model_},  {"prompt", prompt(index)}, {"max_tokens", opt_.max_tokens},
       {"temperature", 0}, {"stream", true},          {"stream_options", {{"include_usage", true}}}};
   if (opt_.ignore_eos) body["ignore_eos"] = true;
+  if (!opt_.json_schema.is_null()) {
+    body["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", "bench"}, {"schema", opt_.json_schema}, {"strict", true}}}};
+    body["json_schema"] = opt_.json_schema;
+  }
   httplib::Client c(url_.host, url_.port);
   set_timeouts(c, opt_.timeout_s);
   httplib::Request req;

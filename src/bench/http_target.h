@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/status.h"
 #include "bench/load.h"
 
@@ -53,6 +55,11 @@ struct HttpTargetOptions {
   bool ignore_eos = true;  // llama-server and vLLM honour it; generation length stays fixed
   uint64_t seed = 1234;
   double timeout_s = 600;
+  // A JSON schema each request is constrained by (null: none). It goes out
+  // twice: as OpenAI's `response_format` (json_schema) and as llama-server's
+  // own `json_schema` field, the one its /v1/completions reads; each server
+  // reads its own and leaves the other alone.
+  nlohmann::json json_schema;
 };
 
 class HttpTarget : public LoadTarget {

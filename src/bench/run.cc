@@ -113,6 +113,7 @@ Expected<json> run_http(const BenchConfig& c, Observer& obs) {
   ho.prompt_words = c.conc_prompt;
   ho.max_tokens = c.n_tokens;
   ho.seed = c.seed;
+  ho.json_schema = c.json_schema;
   SUSTAIN_ASSIGN_OR_RETURN(auto target, HttpTarget::create(ho));
   json report = new_report(c.command_line);
   PhaseBars prog(obs);
@@ -142,7 +143,8 @@ Expected<json> run_http(const BenchConfig& c, Observer& obs) {
                             {"poisson_requests", c.poisson_requests},
                             {"prompt_words", c.conc_prompt},
                             {"max_tokens", c.n_tokens},
-                            {"seed", c.seed}}}};
+                            {"seed", c.seed},
+                            {"json_schema", c.json_schema}}}};
   report["notes"].push_back(
       "HTTP target: no context ladder or roofline (the server's machine is not this one); "
       "conditions.machine describes the client");

@@ -70,6 +70,10 @@ struct BenchConfig {
   // An OpenAI-compatible server (http://HOST:PORT): only the concurrency
   // ladder runs, against it, with prompts of conc_prompt words.
   std::string url, api_key, model_name;
+  // With url: a JSON schema every request is constrained by (null: none),
+  // sent both as OpenAI's response_format and as llama-server's json_schema
+  // field, so the same run compares constrained decode across servers.
+  nlohmann::json json_schema;
   // Image cost (bench/vision.h): a vision projector and images to measure.
   std::string mmproj;
   std::vector<std::string> images;

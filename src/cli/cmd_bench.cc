@@ -64,6 +64,7 @@ struct BenchArgs {
   int64_t bw_mib = 1024;
   int bw_reps = 5;
   std::string url, api_key, model_name;
+  std::string json_schema_file;  // with --url
   // The ablation rows' quality cost against row 0 (bench/ablation_quality.h).
   std::string quality = "on";
   std::string quality_ctx = "8192";
@@ -172,6 +173,20 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
   c.concurrency.clear();
   c.mmproj = a.mmproj;
   c.images = a.images;
+  if (!a.json_schema_file.empty()) {
+    if (a.url.empty())
+      return error(Code::kInvalidArgument,
+                   "--json-schema constrains the requests sent to --url; the in-process engine "
+                   "takes --ablate grammar=FILE");
+    std::ifstream f(a.json_schema_file);
+    if (!f) return error(Code::kNotFound, "--json-schema {}: cannot open the file", a.json_schema_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    c.json_schema = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (c.json_schema.is_discarded() || !c.json_schema.is_object())
+      return error(Code::kInvalidArgument, "--json-schema {}: not a JSON object",
+                   a.json_schema_file);
+  }
   if (!a.url.empty()) {
     if (!a.images.empty() || !a.mmproj.empty())
       return error(Code::kInvalidArgument,
@@ -207,6 +222,7 @@ std::string command_line(const BenchArgs& a) {
   if (!a.ctx.empty()) s += " --ctx " + a.ctx;
   s += fmt::format(" -n {} -r {}", a.n_tokens, a.reps);
   if (!a.url.empty()) s += " --url " + a.url;
+  if (!a.json_schema_file.empty()) s += " --json-schema " + a.json_schema_file;
   if (!a.mmproj.empty()) s += " --mmproj " + a.mmproj;
   for (const auto& i : a.images) s += " --image " + i;
   return s;
@@ -400,6 +416,9 @@ Runner add_bench(CLI::App& app) {
                   "run the concurrency ladder against an OpenAI-compatible server "
                   "(http://HOST:PORT) instead of the in-process engine");
   sub->add_option("--api-key", a->api_key, "with --url: bearer token");
+  sub->add_option("--json-schema", a->json_schema_file,
+                  "with --url: constrain every request by the JSON schema in FILE, sent as "
+                  "response_format and as llama-server's json_schema field");
   sub->add_option("--model-name", a->model_name,
                   "with --url: the request's model field (default: first of GET /v1/models)");
   auto* bwc = sub->add_subcommand("bandwidth", "measure read bandwidth and peak FLOP/s only");

@@ -321,6 +321,10 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"-m " + tiny_model() + " --ctx 64 --mmproj m.gguf --image " + tmp_path("no_such.png"),
        "no_such.png: cannot open"},
       {"--url http://127.0.0.1:1 --mmproj m.gguf --image x.png", "not with --url"},
+      {"-m " + tiny_model() + " --ctx 64 --json-schema s.json", "--ablate grammar=FILE"},
+      {"--url http://127.0.0.1:1 --json-schema " + tmp_path("no_such_schema.json"),
+       "no_such_schema.json: cannot open"},
+      {"--url http://127.0.0.1:1 --json-schema " + short_text(), "not a JSON object"},
   };
   for (const auto& c : cases) {
     auto r = run_cli("bench " + c.args + " --bw-mib 64 --bw-reps 1 -o " + tmp_path("bench_bad"));

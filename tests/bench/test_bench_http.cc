@@ -162,6 +162,33 @@ TEST(HttpTarget, CountsFromUsageAndTimesTextEvents) {
   EXPECT_NE((*t)->prompt(0), (*t)->prompt(1));
 }
 
+// --json-schema: each request carries the schema as OpenAI's response_format
+// and as llama-server's json_schema field (the one its /v1/completions reads).
+TEST(HttpTarget, AJsonSchemaGoesOutInBothSpellings) {
+  FakeServer fake;
+  const json schema = {{"type", "object"},
+                       {"properties", {{"a", {{"type", "integer"}}}}},
+                       {"required", {"a"}}};
+  for (const bool with : {false, true}) {
+    HttpTargetOptions o;
+    o.url = fake.url();
+    o.prompt_words = 8;
+    if (with) o.json_schema = schema;
+    auto t = HttpTarget::create(o);
+    ASSERT_TRUE(t) << t.status().message();
+    ASSERT_TRUE((*t)->run(0, BenchClock::now()).ok) << (*t)->last_error();
+  }
+  const auto bodies = fake.bodies();
+  ASSERT_EQ(bodies.size(), 2u);
+  EXPECT_FALSE(bodies[0].contains("response_format"));
+  EXPECT_FALSE(bodies[0].contains("json_schema"));
+  const json& b = bodies[1];
+  EXPECT_EQ(b["response_format"]["type"], "json_schema");
+  EXPECT_EQ(b["response_format"]["json_schema"]["schema"], schema);
+  EXPECT_EQ(b["response_format"]["json_schema"]["name"], "bench");
+  EXPECT_EQ(b["json_schema"], schema);
+}
+
 TEST(HttpTarget, LadderOverHttp) {
   FakeServer fake;
   HttpTargetOptions o;
