@@ -21,7 +21,11 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/ops.h"
+#include "tensor/blocks.h"
+#include "tensor/fp16.h"
+#include "tensor/quant.h"
 #include "tensor/qtype.h"
 
 namespace sustain::kernels {
@@ -182,7 +186,50 @@ SUSTAIN_BATCH_BENCH(BM_Batch_Q6_K_576x1536, Q6_K, 576, 1536);
 SUSTAIN_BATCH_BENCH(BM_Batch_Q6_K_2048x8192, Q6_K, 2048, 8192);
 SUSTAIN_BATCH_BENCH(BM_Batch_Q6_K_8192x2048, Q6_K, 8192, 2048);
 SUSTAIN_BATCH_BENCH(BM_Batch_Q8_0_1536x576, Q8_0, 1536, 576);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q5_0_1536x576, Q5_0, 1536, 576);
 SUSTAIN_BATCH_BENCH(BM_Batch_Q8_0_2048x8192, Q8_0, 2048, 8192);
+
+// One Q8_0 activation row (the partner of Q8_0 / Q4_0 / Q5_0 weights), as
+// every matmul writes per token: the vectorised kernel against the scalar
+// code it replaced (tensor/'s quantize_q8_0, then the sums and scales the
+// kernels read), one thread, the argument is n_in.
+void BM_QuantizeQ8_0Act_Simd(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto x = noise(static_cast<size_t>(n), 7);
+  std::vector<uint8_t> out(cpu::q8_0_row_bytes(n));
+  for (auto _ : state) {
+    cpu::quantize_q8_0_activation(x.data(), out.data(), n, 16);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_QuantizeQ8_0Act_Simd)->Arg(576)->Arg(2048)->Arg(8192);
+
+void BM_QuantizeQ8_0Act_Scalar(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto x = noise(static_cast<size_t>(n), 7);
+  std::vector<uint8_t> out(cpu::q8_0_row_bytes(n));
+  for (auto _ : state) {
+    quantize_q8_0(x.data(), out.data(), n);
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(out.data());
+    auto* sums = reinterpret_cast<int32_t*>(out.data() + cpu::q8_0_sums_offset(n));
+    auto* scales = reinterpret_cast<float*>(out.data() + cpu::q8_0_scales_offset(n));
+    auto* lanes = reinterpret_cast<int32_t*>(out.data() + cpu::q8_0_lanesums_offset(n));
+    for (int64_t b = 0; b < n / 32; ++b) {
+      int32_t sum = 0;
+      for (int j = 0; j < 32; ++j) sum += blk[b].qs[j];
+      sums[b] = sum;
+      scales[b] = f16_to_f32(blk[b].d);
+    }
+    for (int64_t g = 0; g < n / 4; ++g) {
+      const int8_t* q = blk[g / 8].qs + 4 * (g % 8);
+      lanes[g] = -16 * (q[0] + q[1] + q[2] + q[3]);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_QuantizeQ8_0Act_Scalar)->Arg(576)->Arg(2048)->Arg(8192);
 
 }  // namespace
 }  // namespace sustain::kernels

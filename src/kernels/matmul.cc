@@ -58,23 +58,11 @@ size_t act_stride(QType w, int64_t n_in) {
 // One activation row as the kernels read it: ref's layout, plus for Q8_0 the
 // per-block sums, f32 scales and offset lane sums (see cpu::q8_0_sums_offset).
 void quantize_row(QType w, const float* x, uint8_t* out, int64_t n_in) {
+  if (activation_type(w) == QType::Q8_0) {
+    cpu::quantize_q8_0_activation(x, out, n_in, cpu::q8_0_code_offset(w));
+    return;
+  }
   ref::quantize_activation(w, x, out, n_in);
-  if (activation_type(w) != QType::Q8_0) return;
-  const auto* blocks = reinterpret_cast<const BlockQ8_0*>(out);
-  auto* sums = reinterpret_cast<int32_t*>(out + cpu::q8_0_sums_offset(n_in));
-  auto* scales = reinterpret_cast<float*>(out + cpu::q8_0_scales_offset(n_in));
-  for (int64_t b = 0; b < n_in / kQK; ++b) {
-    int32_t s = 0;
-    for (int j = 0; j < kQK; ++j) s += blocks[b].qs[j];
-    sums[b] = s;
-    scales[b] = f16_to_f32(blocks[b].d);
-  }
-  auto* lanes = reinterpret_cast<int32_t*>(out + cpu::q8_0_lanesums_offset(n_in));
-  const int offset = cpu::q8_0_code_offset(w);
-  for (int64_t g = 0; offset != 0 && g < n_in / 4; ++g) {
-    const int8_t* q = blocks[g / 8].qs + 4 * (g % 8);
-    lanes[g] = -offset * (q[0] + q[1] + q[2] + q[3]);
-  }
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "kernels/ref.h"
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
+#include "tensor/quant.h"
 #include "tensor/quant_test_util.h"
 
 namespace sustain::kernels {
@@ -258,6 +259,72 @@ void expect_rel(const std::vector<float>& got, const std::vector<float>& want, d
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], rel * std::fabs(want[i]) + abs_floor) << what << " i=" << i;
+}
+
+// The vectorised Q8_0 activation row against tensor/'s scalar quantize_q8_0
+// plus the sums the kernels read, byte for byte, on every target: random
+// rows, outliers, exact halves (x / d = k + 0.5, which C's roundf takes away
+// from zero), zeros, subnormals whose 1 / d overflows, infinities, and a NaN
+// at each position of a block.
+TEST(Elementwise, QuantizeQ8_0ActivationIsBitExact) {
+  const int64_t n_in = 160;  // 5 blocks
+  std::vector<std::vector<float>> rows;
+  rows.push_back(random_normal(n_in, 11));
+  rows.push_back(random_with_outliers(n_in, 12));
+  {
+    std::vector<float> r(n_in);
+    for (int64_t i = 0; i < n_in; ++i) r[i] = 0.5f * static_cast<float>(i % 64) - 16.0f;
+    for (int64_t b = 0; b < n_in / 32; ++b) r[b * 32] = 127.0f;  // d = 1: halves stay halves
+    rows.push_back(r);
+  }
+  rows.push_back(std::vector<float>(n_in, 0.0f));
+  {
+    std::vector<float> r(n_in, 1e-44f);
+    r[3] = -1e-45f;
+    r[40] = 3e-39f;
+    rows.push_back(r);
+  }
+  {
+    std::vector<float> r = random_normal(n_in, 13);
+    r[5] = INFINITY;
+    r[70] = -INFINITY;
+    r[100] = 3e38f;
+    rows.push_back(r);
+  }
+  for (int pos : {0, 7, 15, 16, 31}) {
+    std::vector<float> r = random_normal(n_in, 14 + pos);
+    r[32 + pos] = NAN;
+    rows.push_back(r);
+  }
+  const size_t bytes = cpu::q8_0_row_bytes(n_in);
+  for (int offset : {0, 8, 16}) {
+    for (size_t ri = 0; ri < rows.size(); ++ri) {
+      const std::vector<float>& x = rows[ri];
+      std::vector<uint8_t> want(bytes, 0);
+      quantize_q8_0(x.data(), want.data(), n_in);
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(want.data());
+      auto* sums = reinterpret_cast<int32_t*>(want.data() + cpu::q8_0_sums_offset(n_in));
+      auto* scales = reinterpret_cast<float*>(want.data() + cpu::q8_0_scales_offset(n_in));
+      auto* lanes = reinterpret_cast<int32_t*>(want.data() + cpu::q8_0_lanesums_offset(n_in));
+      for (int64_t b = 0; b < n_in / 32; ++b) {
+        sums[b] = 0;
+        for (int j = 0; j < 32; ++j) sums[b] += blk[b].qs[j];
+        scales[b] = f16_to_f32(blk[b].d);
+      }
+      for (int64_t g = 0; offset != 0 && g < n_in / 4; ++g) {
+        const int8_t* q = blk[g / 8].qs + 4 * (g % 8);
+        lanes[g] = -offset * (q[0] + q[1] + q[2] + q[3]);
+      }
+      for_each_target([&] {
+        std::vector<uint8_t> got(bytes, 0);
+        cpu::quantize_q8_0_activation(x.data(), got.data(), n_in, offset);
+        // Scales compare as bits (a NaN block's scale is NaN on both sides).
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), bytes), 0)
+            << "row " << ri << ", code offset " << offset;
+      });
+      if (HasFailure()) return;
+    }
+  }
 }
 
 TEST(Elementwise, RmsNorm) {

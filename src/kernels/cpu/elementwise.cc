@@ -11,6 +11,9 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/cpu/kernels.h"
+#include "tensor/blocks.h"
+#include "tensor/fp16.h"
+#include "tensor/quant.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sustain::kernels::cpu::HWY_NAMESPACE {
@@ -139,6 +142,64 @@ void RopeApply(float* x, int n_heads, int head_dim, int rope_dim, bool neox, con
   }
 }
 
+// One activation row in the Q8_0 layout of kernels.h, bit for bit what
+// tensor/'s quantize_q8_0 and the driver's sums give: d = amax / 127 per
+// block of 32, codes round(x / d) with C roundf's halves away from zero,
+// clamped to ±127, 0 where x / d is not a finite value below 2^31. A block
+// holding a NaN goes to the scalar code, whose amax depends on where the NaN
+// sits.
+void QuantizeQ8_0Act(const float* x, uint8_t* out, int64_t n_in, int code_offset) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<int8_t, decltype(d)> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  auto* blocks = reinterpret_cast<BlockQ8_0*>(out);
+  auto* sums = reinterpret_cast<int32_t*>(out + q8_0_sums_offset(n_in));
+  auto* scales = reinterpret_cast<float*>(out + q8_0_scales_offset(n_in));
+  const auto half = hn::Set(d, 0.5f);
+  const auto one = hn::Set(d, 1.0f);
+  const auto lim = hn::Set(d, 127.0f);
+  const auto big = hn::Set(d, 0x1p31f);
+  for (int64_t b = 0; b < n_in / kQK; ++b) {
+    const float* xb = x + b * kQK;
+    BlockQ8_0& blk = blocks[b];
+    bool scalar = N > kQK || kQK % N != 0;
+    auto amax = hn::Zero(d);
+    for (int64_t j = 0; !scalar && j < kQK; j += N) {
+      const auto v = hn::LoadU(d, xb + j);
+      if (!hn::AllFalse(d, hn::IsNaN(v))) scalar = true;
+      amax = hn::Max(amax, hn::Abs(v));
+    }
+    if (scalar) {
+      quantize_q8_0(xb, &blk, kQK);
+    } else {
+      const float dq = hn::GetLane(hn::MaxOfLanes(d, amax)) / 127.0f;
+      const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
+      blk.d = f32_to_f16(dq);
+      const auto vid = hn::Set(d, id);
+      for (int64_t j = 0; j < kQK; j += N) {
+        const auto v = hn::Mul(hn::LoadU(d, xb + j), vid);
+        const auto t = hn::Trunc(v);
+        auto r = hn::IfThenElse(hn::Ge(hn::Abs(hn::Sub(v, t)), half),
+                                hn::Add(t, hn::CopySign(one, v)), t);
+        r = hn::Min(hn::Max(r, hn::Neg(lim)), lim);
+        r = hn::IfThenElseZero(hn::Lt(hn::Abs(v), big), r);
+        hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, r)), d8, blk.qs + j);
+      }
+    }
+    int32_t s = 0;
+    for (int j = 0; j < kQK; ++j) s += blk.qs[j];
+    sums[b] = s;
+    scales[b] = f16_to_f32(blk.d);
+  }
+  if (code_offset == 0) return;
+  auto* lanes = reinterpret_cast<int32_t*>(out + q8_0_lanesums_offset(n_in));
+  for (int64_t g = 0; g < n_in / 4; ++g) {
+    const int8_t* q = blocks[g / 8].qs + 4 * (g % 8);
+    lanes[g] = -code_offset * (q[0] + q[1] + q[2] + q[3]);
+  }
+}
+
 }  // namespace sustain::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -151,6 +212,11 @@ HWY_EXPORT(Geglu);
 HWY_EXPORT(Add);
 HWY_EXPORT(Softmax);
 HWY_EXPORT(RopeApply);
+HWY_EXPORT(QuantizeQ8_0Act);
+
+void quantize_q8_0_activation(const float* x, uint8_t* out, int64_t n_in, int code_offset) {
+  HWY_DYNAMIC_DISPATCH(QuantizeQ8_0Act)(x, out, n_in, code_offset);
+}
 
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps) {
   HWY_DYNAMIC_DISPATCH(RmsNorm)(x, weight, y, n, eps);

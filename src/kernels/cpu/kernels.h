@@ -64,6 +64,13 @@ TileFn legacy_packed_tile(QType t);  // Q8_0, Q4_0, Q5_0
 TileFn kquant_packed_tile(QType t);  // Q3_K .. Q6_K (not Q2_K: its mins per 16)   // F32, F16, BF16
                                      // and formats dotted after dequantizing
 
+// One activation row of n_in (a multiple of 32) in the Q8_0 layout above:
+// the blocks, their sums and f32 scales, and, when code_offset is not 0,
+// the offset lane sums. Bit-exact with ref::quantize_activation (tensor/'s
+// quantize_q8_0) plus those sums; vectorised, as batched decode quantizes a
+// row per token for every matmul.
+void quantize_q8_0_activation(const float* x, uint8_t* out, int64_t n_in, int code_offset);
+
 // Elementwise ops (dispatched).
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
