@@ -155,23 +155,39 @@ IdealTime ideal_time(const std::vector<RequestTiming>& reqs, int concurrency,
     }
     return false;
   };
-  std::vector<double> alone;
+  // Per request, the time per token while it decoded alone: the mean of its
+  // alone gaps (a verified draft's tokens arrive together, so a median of
+  // gaps would read 0), times events per token (a server that puts several
+  // tokens in one SSE event gives fewer gaps than tokens).
+  std::vector<double> per_token;
+  int64_t n_alone = 0;
   double prefill = 0, decode_steps = 0;
   for (const RequestTiming& r : reqs) {
     if (!r.ok || r.token_times.empty()) continue;
+    double sum = 0;
+    int64_t n = 0;
     for (size_t i = 1; i < r.token_times.size(); ++i)
-      if (!overlaps_wait(r.token_times[i - 1], r.token_times[i]))
-        alone.push_back(r.token_times[i] - r.token_times[i - 1]);
+      if (!overlaps_wait(r.token_times[i - 1], r.token_times[i])) {
+        sum += r.token_times[i] - r.token_times[i - 1];
+        ++n;
+      }
+    if (n > 0) {
+      const auto events = static_cast<double>(r.token_times.size());
+      const double tokens = static_cast<double>(r.output_tokens);
+      const double scale = events > 1 && tokens > events ? (events - 1) / (tokens - 1) : 1.0;
+      per_token.push_back(sum / static_cast<double>(n) * scale);
+      n_alone += n;
+    }
     prefill += prompt_alone_tokens > 0 ? prefill_alone_s * static_cast<double>(r.prompt_tokens) /
                                              static_cast<double>(prompt_alone_tokens)
                                        : prefill_alone_s;
     decode_steps += static_cast<double>(std::max<int64_t>(r.output_tokens - 1, 0));
   }
   if (t1 > t0) out.wall_s = t1 - t0;
-  out.decode_gaps_alone = static_cast<int64_t>(alone.size());
-  if (alone.empty() || concurrency < 1) return out;
+  out.decode_gaps_alone = n_alone;
+  if (per_token.empty() || concurrency < 1) return out;
   out.has_decode_alone = true;
-  out.decode_gap_alone_s = *percentile(alone, 50);
+  out.decode_gap_alone_s = *percentile(per_token, 50);
   out.ideal_s = prefill + decode_steps / concurrency * out.decode_gap_alone_s;
   if (out.wall_s > 0) out.efficiency = out.ideal_s / out.wall_s;
   return out;

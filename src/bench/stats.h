@@ -85,9 +85,13 @@ Expected<LoadMetrics> load_metrics(const std::vector<RequestTiming>& reqs);
 // beside the time it took.
 //   prefill_alone_s: one request's TTFT with nothing else running (given:
 //     the median TTFT of the concurrency-1 level);
-//   decode_gap_alone_s: the median gap between tokens over the gaps during
-//     which no request of the level was waiting for its first token (so
-//     the step carried decoding streams only);
+//   decode_gap_alone_s: the time per token while decoding alone: for each
+//     request, the mean of its gaps during which no request of the level
+//     was waiting for its first token (so the step carried decoding streams
+//     only), scaled by events per token where an event carried several
+//     tokens; then the median over the requests. A mean, not a median of
+//     gaps: under speculation a verified draft's tokens arrive together, and
+//     most gaps are 0;
 //   ideal_s = Σ prefill_alone_s · (prompt_i / prompt_alone)
 //             + Σ (output_i − 1) / concurrency · decode_gap_alone_s
 //   efficiency = ideal_s / wall_s (1 = no time lost to scheduling).

@@ -166,6 +166,32 @@ TEST(IdealTime, DecodeAloneGapsSkipEveryPrefillWindow) {
   EXPECT_EQ(none.ideal_s, 0);
 }
 
+// Under speculation tokens arrive in bursts (a verified draft's tokens in
+// one step), and a server may put several tokens in one SSE event: the
+// time per token is what the ideal needs, not the median gap (0 here).
+TEST(IdealTime, BurstsAndCoalescedEventsGiveTheTimePerToken) {
+  RequestTiming a;  // 4 tokens per step, a step every 0.4 s
+  a.t_submit = 0;
+  a.token_times = {0.1, 0.5, 0.5, 0.5, 0.5, 0.9, 0.9, 0.9, 0.9};
+  a.t_end = 0.9;
+  a.output_tokens = 9;
+  a.prompt_tokens = 10;
+  RequestTiming b;  // 2 tokens per event, an event every 0.2 s
+  b.t_submit = 0;
+  b.token_times = {0.1, 0.3, 0.5, 0.7, 0.9};
+  b.t_end = 0.9;
+  b.output_tokens = 9;
+  b.prompt_tokens = 10;
+  // Each alone (the median gap would read 0 for a, 0.2 s for b).
+  for (const RequestTiming& r : {a, b}) {
+    const IdealTime it = ideal_time({r, r}, 2, 0.1, 10);
+    ASSERT_TRUE(it.has_decode_alone);
+    EXPECT_NEAR(it.decode_gap_alone_s, 0.1, 1e-12);
+    // prefill 2 × 0.1; decode (8 + 8) / 2 × 0.1.
+    EXPECT_NEAR(it.ideal_s, 0.2 + 0.8, 1e-12);
+  }
+}
+
 TEST(PerTokenDecode, OneTokenPerStepIsTheGaps) {
   auto g = per_token_decode_s({1.0, 1.25, 1.75}, {3, 4, 5});
   ASSERT_TRUE(g) << g.status().message();
