@@ -154,14 +154,24 @@ void run_one(const Run& R, int64_t item, int thread) {
   const int max_rows = item_rows(p);
   State st = state_at(work + detail::work_floats(p.head_dim_k, p.head_dim_v, max_rows), max_rows,
                       p.head_dim_v);
+  // A sliding window's first key (attend() sends a query past its window
+  // here only alone in its block and with untiled K and V, where a tile may
+  // start at any slot; every other query starts at key 0).
+  int64_t k_lo = k_max;
+  for (int b = 0; b < u.n_queries; ++b) k_lo = std::min(k_lo, qi[b].window_first(p.window));
   if (R.n_split == 1) {
-    it.k_begin = 0;
+    it.k_begin = k_lo;
     it.k_end = k_max;
   } else {
-    // Page-aligned chunks, so a chunk boundary never splits a tile.
-    const int64_t n_pages = (k_max + R.page_tokens - 1) / R.page_tokens;
-    it.k_begin = std::min(k_max, u.chunk * n_pages / R.n_split * R.page_tokens);
-    it.k_end = std::min(k_max, (u.chunk + 1) * n_pages / R.n_split * R.page_tokens);
+    // Page-aligned chunks of [k_lo, k_max) (the first starts at k_lo), so a
+    // chunk boundary never splits a tile.
+    const int64_t first = k_lo / R.page_tokens;
+    const int64_t n_pages = (k_max + R.page_tokens - 1) / R.page_tokens - first;
+    auto bound = [&](int64_t c) {
+      return std::clamp((first + c * n_pages / R.n_split) * R.page_tokens, k_lo, k_max);
+    };
+    it.k_begin = bound(u.chunk);
+    it.k_end = std::max(it.k_begin, bound(u.chunk + 1));
     st = state_at(R.partials + R.partial_floats * item, max_rows, p.head_dim_v);
   }
   it.o = st.o;
@@ -207,13 +217,20 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
   if (p.window > 0) {
     // Only a query whose window starts past key 0 needs the window path;
     // the others see every key up to n_visible either way.
-    bool beyond = false;
-    for (const QueryInfo& qi : queries) {
+    // The fused kernel takes a query past its window as a key range that
+    // starts at the window (decode: one query per sequence) where a tile
+    // may start at any slot (K and V not tiled). Otherwise (prefill and
+    // verify blocks, whose queries' windows differ; tiled formats) the
+    // window path of window.h.
+    bool beyond = false, fused = !g.k_tiled() && !g.v_tiled();
+    for (size_t t = 0; t < queries.size(); ++t) {
+      const QueryInfo& qi = queries[t];
       SUSTAIN_CHECK(qi.pages != nullptr && qi.n_visible >= 0 &&
                     qi.n_visible <= static_cast<int64_t>(qi.pages->pages.size()) * g.page_tokens);
       beyond = beyond || qi.window_first(p.window) > 0;
+      fused = fused && (t == 0 || qi.pages != queries[t - 1].pages);
     }
-    if (beyond) {
+    if (beyond && !fused) {
       attend_window(cache, layer, p, queries, q, out, pool, scratch);
       return;
     }

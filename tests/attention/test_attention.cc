@@ -193,6 +193,36 @@ TEST(SlidingWindow, MatchesReference) {
   }
 }
 
+// Batched decode past the window (one query per sequence, as Gemma 3's local
+// layers decode): the fused kernel takes each query's keys from its window's
+// first key, which lies anywhere in a page; split over threads it cuts
+// [first, n_visible) into chunks, the first from that key. Windows shorter
+// than a page, across pages and longer than the split threshold; contexts
+// at, just past and far past the window; f16 (fused), q8_0 stored tiled and
+// untiled (window path, and fused where untiled); sharp scores so that a key
+// wrongly kept or dropped shows.
+TEST(SlidingWindow, DecodeQueriesPastTheWindowMatchReference) {
+  for (QType t : {QType::F16, QType::Q8_0}) {
+    for (bool tiled : {true, false}) {
+      for (int window : {5, 37, 600}) {
+        SCOPED_TRACE(std::string(qtype_name(t)) + (tiled ? " tiled" : " rows") + " window " +
+                     std::to_string(window));
+        kv::KvGeometry g = geometry(2, 32, 16, t, t);
+        g.tiled = tiled;
+        Filled f = make_filled(g, {1500, 700, 41, 603}, 31, /*k_sigma=*/3.0f);
+        AttnParams p = params_for(g, 2, SplitKv::kAuto);
+        p.window = window;
+        const std::vector<QueryInfo> queries = {
+            {&f.seqs[0], 1500}, {&f.seqs[1], 700}, {&f.seqs[2], 41}, {&f.seqs[3], 603},
+            {&f.seqs[0], 1237}};
+        worst_over_runs(*f.cache, 1, p, queries, 37);
+        // One sequence alone: a single block, the case split-KV cuts.
+        worst_over_runs(*f.cache, 0, p, {{&f.seqs[0], 1499}}, 41);
+      }
+    }
+  }
+}
+
 // A non-causal block (Gemma 3's image tokens) on a sliding-window layer:
 // each query of the block sees every key of the block, later ones included,
 // while its window still counts back from its own position. Such a window
