@@ -238,10 +238,9 @@ TEST(ServerSlowClients, HeadersThatNeverEndAreCutAt431) {
   EXPECT_EQ(r->status, 200);
 }
 
-TEST(ServerSlowClients, StreamWhoseClientStopsReadingIsCutOffOthersContinue) {
-  SUSTAIN_START_SERVER(srv, "-c 4096 -np 10 --write-timeout 1");
-  // A stream with many large events (8 choices, 20 top logprobs each), on a
-  // socket with a small receive buffer, that the client never reads.
+// A chat stream with many large events (8 choices, 20 top logprobs each),
+// as raw HTTP: it fills a slow reader's buffers quickly.
+std::string big_stream_request() {
   const json big = {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
                     {"max_tokens", 4000},
                     {"n", 8},
@@ -251,13 +250,19 @@ TEST(ServerSlowClients, StreamWhoseClientStopsReadingIsCutOffOthersContinue) {
                     {"ignore_eos", true},
                     {"stream", true}};
   const std::string body = big.dump();
+  return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+         "Content-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+TEST(ServerSlowClients, StreamWhoseClientStopsReadingIsCutOffOthersContinue) {
+  SUSTAIN_START_SERVER(srv, "-c 4096 -np 10 --write-timeout 1");
+  // The big stream, on a socket with a small receive buffer, that the
+  // client never reads.
   const int fd = connect_to(srv->port(), 4096);
   ASSERT_GE(fd, 0);
   const auto t0 = Clock::now();
-  ASSERT_TRUE(send_all(fd,
-                       "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                       "Content-Type: application/json\r\nContent-Length: " +
-                           std::to_string(body.size()) + "\r\n\r\n" + body));
+  ASSERT_TRUE(send_all(fd, big_stream_request()));
   // Meanwhile another stream runs to its end.
   auto c = srv->client(30);
   const json small = {
@@ -309,22 +314,10 @@ struct Trickle {
 Trickle trickle_read(int port, size_t chunk, std::chrono::milliseconds every,
                      std::chrono::milliseconds give_up, const std::atomic<bool>* stop = nullptr) {
   Trickle t;
-  const json big = {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
-                    {"max_tokens", 4000},
-                    {"n", 8},
-                    {"logprobs", true},
-                    {"top_logprobs", 20},
-                    {"temperature", 1.0},
-                    {"ignore_eos", true},
-                    {"stream", true}};
-  const std::string body = big.dump();
   const int fd = connect_to(port, 4096);
   if (fd < 0) return t;
   const auto t0 = Clock::now();
-  send_all(fd,
-           "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-           "Content-Type: application/json\r\nContent-Length: " +
-               std::to_string(body.size()) + "\r\n\r\n" + body);
+  send_all(fd, big_stream_request());
   std::vector<char> buf(chunk);
   while (Clock::now() - t0 < give_up && !(stop != nullptr && *stop)) {
     std::this_thread::sleep_for(every);
