@@ -4,11 +4,14 @@
 #include "attention/attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <vector>
 
 #include "attention/kernel.h"
 #include "attention/merge.h"
 #include "attention/window.h"
+#include "tensor/qtype.h"
 
 namespace sustain::attention {
 namespace {
@@ -128,6 +131,50 @@ void finalize_rows(const Run& R, const Unit& u, const float* o, const float* l) 
   }
 }
 
+// Folds keys [k0, k1) into the state of a unit whose block is one query, one
+// key at a time in f32 (the online-softmax update): the window's first keys
+// before a 16-key group boundary, at most 15 (run_one).
+void fold_keys(const Run& R, const Unit& u, const State& st, int64_t k0, int64_t k1) {
+  const AttnParams& p = *R.p;
+  const kv::KvGeometry& g = R.cache->geometry();
+  const QueryInfo& qi = (*R.queries)[u.q0];
+  SUSTAIN_CHECK(u.n_queries == 1);
+  const DequantizeFn k_deq = qtype_traits(g.k_type).dequantize;
+  const DequantizeFn v_deq = qtype_traits(g.v_type).dequantize;
+  SUSTAIN_CHECK(k_deq != nullptr && v_deq != nullptr);
+  thread_local std::vector<float> kf, vf;
+  thread_local std::vector<uint8_t> raw;
+  kf.resize(size_t(p.head_dim_k));
+  vf.resize(size_t(p.head_dim_v));
+  raw.resize(std::max(g.k_row_bytes(), g.v_row_bytes()));
+  for (int64_t key = k0; key < k1; ++key) {
+    for (int hk = u.head_begin; hk < u.head_end; ++hk) {
+      R.cache->copy_k_row(*qi.pages, R.layer, hk, key, raw.data());
+      k_deq(raw.data(), kf.data(), p.head_dim_k);
+      R.cache->copy_v_row(*qi.pages, R.layer, hk, key, raw.data());
+      v_deq(raw.data(), vf.data(), p.head_dim_v);
+      for (int i = 0; i < R.group; ++i) {
+        const int r = (hk - u.head_begin) * R.group + i;
+        const float* q = R.q + size_t(u.q0) * p.n_head * p.head_dim_k +
+                         (size_t(hk) * R.group + i) * p.head_dim_k;
+        float s = 0.0f;
+        for (int c = 0; c < p.head_dim_k; ++c) s += q[c] * kf[c];
+        s *= p.scale;
+        float* o = st.o + size_t(r) * p.head_dim_v;
+        if (s > st.m[r]) {
+          const float keep = st.l[r] > 0.0f ? std::exp(st.m[r] - s) : 0.0f;
+          for (int c = 0; c < p.head_dim_v; ++c) o[c] *= keep;
+          st.l[r] *= keep;
+          st.m[r] = s;
+        }
+        const float w = std::exp(s - st.m[r]);
+        for (int c = 0; c < p.head_dim_v; ++c) o[c] += w * vf[c];
+        st.l[r] += w;
+      }
+    }
+  }
+}
+
 void run_one(const Run& R, int64_t item, int thread) {
   const AttnParams& p = *R.p;
   const Unit u = unit_of(R, item);
@@ -155,29 +202,37 @@ void run_one(const Run& R, int64_t item, int thread) {
   State st = state_at(work + detail::work_floats(p.head_dim_k, p.head_dim_v, max_rows), max_rows,
                       p.head_dim_v);
   // A sliding window's first key (attend() sends a query past its window
-  // here only alone in its block and with untiled K and V, where a tile may
-  // start at any slot; every other query starts at key 0).
+  // here only alone in its block; every other query starts at key 0). The
+  // tiled kernels walk 16-key groups, so with tiled K or V the range starts
+  // at the next group boundary and the few keys before it are folded into
+  // the state afterwards (fold_keys).
   int64_t k_lo = k_max;
   for (int b = 0; b < u.n_queries; ++b) k_lo = std::min(k_lo, qi[b].window_first(p.window));
+  const kv::KvGeometry& g = R.cache->geometry();
+  const int64_t align = g.k_tiled() || g.v_tiled() ? kv::kTileKeys : 1;
+  const int64_t k_start = std::min(k_max, (k_lo + align - 1) / align * align);
+  bool fold = k_lo < k_start;
   if (R.n_split == 1) {
-    it.k_begin = k_lo;
+    it.k_begin = k_start;
     it.k_end = k_max;
   } else {
-    // Page-aligned chunks of [k_lo, k_max) (the first starts at k_lo), so a
-    // chunk boundary never splits a tile.
-    const int64_t first = k_lo / R.page_tokens;
+    // Page-aligned chunks of [k_start, k_max) (the first starts at
+    // k_start), so a chunk boundary never splits a tile.
+    const int64_t first = k_start / R.page_tokens;
     const int64_t n_pages = (k_max + R.page_tokens - 1) / R.page_tokens - first;
     auto bound = [&](int64_t c) {
-      return std::clamp((first + c * n_pages / R.n_split) * R.page_tokens, k_lo, k_max);
+      return std::clamp((first + c * n_pages / R.n_split) * R.page_tokens, k_start, k_max);
     };
     it.k_begin = bound(u.chunk);
     it.k_end = std::max(it.k_begin, bound(u.chunk + 1));
     st = state_at(R.partials + R.partial_floats * item, max_rows, p.head_dim_v);
+    fold = fold && u.chunk == 0;
   }
   it.o = st.o;
   it.m = st.m;
   it.l = st.l;
   detail::run_item(it);
+  if (fold) fold_keys(R, u, st, k_lo, k_start);
   if (R.n_split == 1) finalize_rows(R, u, st.o, st.l);
 }
 
@@ -218,11 +273,10 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
     // Only a query whose window starts past key 0 needs the window path;
     // the others see every key up to n_visible either way.
     // The fused kernel takes a query past its window as a key range that
-    // starts at the window (decode: one query per sequence) where a tile
-    // may start at any slot (K and V not tiled). Otherwise (prefill and
-    // verify blocks, whose queries' windows differ; tiled formats) the
-    // window path of window.h.
-    bool beyond = false, fused = !g.k_tiled() && !g.v_tiled();
+    // starts at the window (decode: one query per sequence; run_one).
+    // Otherwise (prefill and verify blocks, whose queries' windows differ)
+    // the window path of window.h.
+    bool beyond = false, fused = true;
     for (size_t t = 0; t < queries.size(); ++t) {
       const QueryInfo& qi = queries[t];
       SUSTAIN_CHECK(qi.pages != nullptr && qi.n_visible >= 0 &&

@@ -1,9 +1,9 @@
 // Sliding-window attention (Gemma 3's local layers): query t attends to the
 // keys [max(0, n_visible - window), n_visible) only, the last `window`
 // positions including its own. Called by attend() when a query's context is
-// longer than the window, unless every such query is alone in its block and
-// K and V are not tiled (decode): the fused kernel then takes the key range
-// from the window's first key. Shorter contexts see every key anyway and
+// longer than the window, unless every such query is alone in its block
+// (decode): the fused kernel then takes the key range from the window's
+// first key (attention.cc). Shorter contexts see every key anyway and
 // take the fused kernel.
 //
 // This first version reads the window's K and V rows out of the pages, turns

@@ -198,9 +198,10 @@ TEST(SlidingWindow, MatchesReference) {
 // first key, which lies anywhere in a page; split over threads it cuts
 // [first, n_visible) into chunks, the first from that key. Windows shorter
 // than a page, across pages and longer than the split threshold; contexts
-// at, just past and far past the window; f16 (fused), q8_0 stored tiled and
-// untiled (window path, and fused where untiled); sharp scores so that a key
-// wrongly kept or dropped shows.
+// at, just past and far past the window; f16, and q8_0 stored tiled (the
+// range then starts at the next 16-key group and the keys before it are
+// folded in afterwards) and untiled; sharp scores so that a key wrongly kept
+// or dropped shows.
 TEST(SlidingWindow, DecodeQueriesPastTheWindowMatchReference) {
   for (QType t : {QType::F16, QType::Q8_0}) {
     for (bool tiled : {true, false}) {
