@@ -376,7 +376,6 @@ TEST(ServerSlowClients, ATrickleReaderIsCutOffAtTheMinimumWriteRate) {
   EXPECT_EQ(status_of(t.head), 200) << t.head;
   EXPECT_EQ(too_slow, 1);
   EXPECT_EQ(running, 0);
-  EXPECT_LT(took, 15.0);
   EXPECT_EQ(status_of(fast.head), 200) << fast.head;
   EXPECT_FALSE(fast.closed) << "a reader above the rate was cut off after " << fast.seconds
                             << " s";
