@@ -220,7 +220,10 @@ ssize_t DeadlineStream::write(const char* ptr, size_t size) {
   // writable only once a third of its buffer is free, which a client taking
   // a few KB a second may need many seconds to make.
   auto no_progress_until = Clock::now() + lim_->write;
-  size_t queued = unacknowledged();
+  // Read only once a write has to wait: a client that keeps up costs no
+  // extra system call per write.
+  bool waited = false;
+  size_t queued = 0;
   for (;;) {
     const ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) {
@@ -229,6 +232,10 @@ ssize_t DeadlineStream::write(const char* ptr, size_t size) {
     }
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+    if (!waited) {
+      waited = true;
+      queued = unacknowledged();
+    }
     // Wait for room in slices, so progress and the rate are looked at often.
     const auto t0 = Clock::now();
     const auto slice = std::min({no_progress_until, t0 + std::chrono::milliseconds(100),
