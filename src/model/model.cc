@@ -51,9 +51,49 @@ Expected<std::vector<float>> to_f32(const gguf::File& f, const gguf::TensorInfo&
   return out;
 }
 
+// Rows [r0, r1) of a matrix: a view into the same bytes.
+kernels::WeightView rows_of(kernels::WeightView v, int64_t r0, int64_t r1) {
+  v.data = static_cast<const uint8_t*>(v.data) + static_cast<size_t>(r0) * v.row_bytes;
+  v.n_out = r1 - r0;
+  return v;
+}
+
+// Input columns [c0, c1) of a matrix, c0 on a block boundary of its format:
+// a view with the whole matrix's row stride (every kernel reads rows at
+// WeightView::row_bytes apart).
+kernels::WeightView cols_of(kernels::WeightView v, int64_t c0, int64_t c1) {
+  v.data = static_cast<const uint8_t*>(v.data) + qtype_row_bytes(v.type, static_cast<uint64_t>(c0));
+  v.n_in = c1 - c0;
+  return v;
+}
+
+std::vector<float> slice(const std::vector<float>& v, int64_t b, int64_t e) {
+  if (v.empty()) return v;
+  return {v.begin() + b, v.begin() + e};
+}
+
+// Cuts every block's weights to the rank's share (model/shard.h); Model::load
+// has checked that the cuts fall where the formats allow.
+void apply_shard(const ArchConfig& c, const TensorShard& s, ModelWeights& w) {
+  const int64_t hk = c.head_dim_k, hv = c.head_dim_v;
+  for (uint32_t il = 0; il < c.n_layer; ++il) {
+    LayerWeights& L = w.layers[il];
+    L.wq = rows_of(L.wq, s.head_begin * hk, s.head_end * hk);
+    L.bq = slice(L.bq, s.head_begin * hk, s.head_end * hk);
+    L.wk = rows_of(L.wk, s.kv_begin * hk, s.kv_end * hk);
+    L.bk = slice(L.bk, s.kv_begin * hk, s.kv_end * hk);
+    L.wv = rows_of(L.wv, s.kv_begin * hv, s.kv_end * hv);
+    L.bv = slice(L.bv, s.kv_begin * hv, s.kv_end * hv);
+    if (s.o_by_columns) L.wo = cols_of(L.wo, s.head_begin * hv, s.head_end * hv);
+    L.w_gate = rows_of(L.w_gate, s.ff_begin, s.ff_end);
+    L.w_up = rows_of(L.w_up, s.ff_begin, s.ff_end);
+    L.w_down = cols_of(L.w_down, s.ff_begin, s.ff_end);
+  }
+}
+
 }  // namespace
 
-Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const TensorShard* shard) {
   std::unique_ptr<Model> m(new Model());
   SUSTAIN_ASSIGN_OR_RETURN(m->file_, gguf::File::open(path));
   const gguf::File& f = m->file_;
@@ -121,6 +161,25 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
   if (!kernels::matmul_supported(w.output.type))
     return error(Code::kUnsupported, "{}: output matrix is {}, which sustain cannot multiply yet",
                  path, qtype_name(w.output.type));
+  m->file_cfg_ = c;
+  if (shard) {
+    if (c.is_hybrid() || c.is_moe() || c.n_nextn > 0)
+      return error(Code::kUnsupported, "{}: the tensor split of {} models is not built yet", path,
+                   arch_name(c.arch));
+    SUSTAIN_ASSIGN_OR_RETURN(const ShardGranules g, shard_granules(c, f));
+    // The cut must be one tensor_shards could have made for this file.
+    if (shard->head_begin < 0 || shard->ff_begin < 0 || shard->n_heads() < 1 || shard->n_ff() < 1 || shard->sub_group < 1 ||
+        shard->head_end > static_cast<int>(c.n_head) || shard->ff_end > int64_t{c.n_ff} ||
+        (c.n_head / c.n_head_kv) % shard->sub_group != 0 ||
+        shard->n_heads() % shard->sub_group != 0 || shard->ff_begin % g.down_block != 0 ||
+        shard->n_ff() % g.down_block != 0 ||
+        (shard->o_by_columns && (shard->head_begin * int64_t{c.head_dim_v}) % g.o_block != 0))
+      return error(Code::kInvalidArgument, "{}: a tensor split cut the file's formats cannot take ({})",
+                   path, describe(*shard));
+    apply_shard(c, *shard, w);
+    m->shard_ = *shard;
+    m->cfg_ = shard_config(c, *shard);
+  }
   return m;
 }
 
@@ -157,6 +216,7 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
   ws.k.resize(n * c.k_dim());
   ws.v.resize(n * c.v_dim());
   ws.attn_out.resize(n * c.n_head * c.head_dim_v);
+  if (shard_ && !shard_->o_by_columns) ws.attn_all.resize(n * file_cfg_.n_head * c.head_dim_v);
   const size_t ffw = c.ffn_width();
   ws.gate.resize(n * ffw);
   ws.up.resize(n * ffw);
@@ -334,12 +394,17 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
       return error(Code::kInvalidArgument, "pipeline stage [{}, {}) has no hand-off",
                    stage->layer_begin, stage->layer_end);
   }
+  if (shard_ && shard_->n_ranks > 1 &&
+      (!stage || !stage->all_reduce || (!shard_->o_by_columns && !stage->gather_heads)))
+    return error(Code::kInvalidArgument,
+                 "forward: rank {} of a tensor split runs only beside the other ranks", shard_->rank);
   // The stage is the workspace's for this call only.
   struct StageScope {
     Workspace& ws;
     ~StageScope() { ws.stage = nullptr; }
   } scope{ws};
   ws.stage = stage;
+  ws.comm_status = Status::ok();
   // Process in workspace-sized chunks; a token's K/V is in the cache before
   // any later chunk attends to it.
   const int64_t n = static_cast<int64_t>(batch.tokens.size());

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "kv/kv_cache.h"
 #include "model/arch_config.h"
 #include "model/batch.h"
+#include "model/shard.h"
 #include "model/stage.h"
 
 namespace sustain {
@@ -74,6 +76,12 @@ struct Workspace {
   // expert_rows lists the (token, slot) pairs routed to each expert, expert
   // by expert; expert e's run is [expert_start[e], expert_start[e + 1]).
   std::vector<int32_t> expert_id, expert_rows, expert_start, expert_next;
+  // Tensor split with attn_output whole: every head's attention output,
+  // gathered from the ranks [max_tokens, file q_dim].
+  std::vector<float> attn_all;
+  // The first failure of a collective inside a block (the blocks return no
+  // status); stage_output returns it.
+  Status comm_status;
   // The pipeline stage of the forward call in progress (null: the whole
   // model); set by Model::forward for the call's duration.
   const PipelineStage* stage = nullptr;
@@ -81,9 +89,18 @@ struct Workspace {
 
 class Model {
  public:
-  static Expected<std::unique_ptr<Model>> load(const std::string& path);
+  // `shard` (optional): load one rank's share of a tensor split
+  // (model/shard.h). config() is then the rank's (its heads and FFN width),
+  // the views cover its rows and columns, and forward() needs a stage whose
+  // all_reduce (and gather_heads, where attn_output stays whole) reach the
+  // other ranks.
+  static Expected<std::unique_ptr<Model>> load(const std::string& path,
+                                               const TensorShard* shard = nullptr);
 
   const ArchConfig& config() const { return cfg_; }
+  // The file's architecture (config() of a shard is the rank's part of it).
+  const ArchConfig& file_config() const { return file_cfg_; }
+  const TensorShard* shard() const { return shard_ ? &*shard_ : nullptr; }
   const gguf::File& file() const { return file_; }
   const ModelWeights& weights() const { return w_; }
 
@@ -134,7 +151,8 @@ class Model {
  private:
   Model() = default;
   gguf::File file_;
-  ArchConfig cfg_;
+  ArchConfig cfg_, file_cfg_;
+  std::optional<TensorShard> shard_;
   ModelWeights w_;
 };
 

@@ -23,6 +23,16 @@ struct PipelineStage {
   std::function<Status(float* x, int64_t n)> recv;
   // Not the last stage: hands the residual stream after layer_end - 1 on.
   std::function<Status(const float* x, int64_t n)> send;
+  // Tensor split (model/shard.h): replaces x [n floats] with its sum over
+  // the ranks (the partial products of attn_output and ffn_down).
+  std::function<Status(float* x, int64_t n)> all_reduce;
+  // Tensor split with attn_output whole: the attention outputs of this
+  // rank's heads for `tokens` tokens [tokens, own width] → every rank's,
+  // in head order [tokens, n_head × head_dim_v].
+  std::function<Status(const float* own, float* all, int64_t tokens)> gather_heads;
+  // Whether this stage computes the logits (a tensor split's rank 0 does;
+  // the other ranks hold the same residual stream and skip the head).
+  bool head = true;
 };
 
 }  // namespace sustain

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace sustain {
 
@@ -68,6 +69,8 @@ Status stage_input(const Model& m, TokenSpan s, Workspace& ws, float embd_scale)
 }
 
 Status stage_output(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits) {
+  SUSTAIN_TRY(ws.comm_status);
+  if (ws.stage && !ws.stage->head) return Status::ok();
   if (stage_end(m, ws) < static_cast<int>(m.config().n_layer))
     return ws.stage->send(ws.x.data(), s.size() * m.config().n_embd);
   output_head(m, s, ws, pool, logits);
@@ -84,6 +87,25 @@ void norm_rows(const float* x, const std::vector<float>& w, float* y, int64_t ro
 void matmul(const kernels::WeightView& w, const float* x, int64_t rows, float* y, Workspace& ws,
             ThreadPool& pool) {
   kernels::matmul(w, x, w.n_in, rows, y, w.n_out, pool, ws.matmul_scratch.data());
+}
+
+// Tensor split: this rank's partial product summed with the other ranks'.
+void reduce_partial(Workspace& ws, float* y, int64_t n) {
+  if (!ws.stage || !ws.stage->all_reduce || !ws.comm_status) return;
+  ws.comm_status = ws.stage->all_reduce(y, n);
+}
+
+// Tensor split where a KV head's query group spans ranks: the rank caches
+// one KV head per sub-group of its query heads, so the heads it projected
+// ([T, real] rows of hd) are copied out to them ([T, cached] rows), in place.
+void expand_kv_heads(const TensorShard& sh, int group, float* x, int64_t T, int64_t hd) {
+  const int real = sh.kv_end - sh.kv_begin, cached = sh.n_kv_cached();
+  for (int64_t t = T - 1; t >= 0; --t)
+    for (int j = cached - 1; j >= 0; --j) {
+      const int r = (sh.head_begin + j * sh.sub_group) / group - sh.kv_begin;
+      std::memmove(x + (t * cached + j) * hd, x + (t * real + r) * hd,
+                   static_cast<size_t>(hd) * sizeof(float));
+    }
 }
 
 }  // namespace
@@ -116,8 +138,13 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
   matmul(L.wv, ws.cur.data(), T, ws.v.data(), ws, pool);
   if (o.qkv_bias) {
     kernels::add_bias(ws.q.data(), L.bq.data(), T, qd);
-    kernels::add_bias(ws.k.data(), L.bk.data(), T, kd);
-    kernels::add_bias(ws.v.data(), L.bv.data(), T, vd);
+    kernels::add_bias(ws.k.data(), L.bk.data(), T, L.wk.n_out);
+    kernels::add_bias(ws.v.data(), L.bv.data(), T, L.wv.n_out);
+  }
+  if (const TensorShard* sh = m.shard(); sh && sh->expands_kv()) {
+    const int group = static_cast<int>(m.file_config().n_head / m.file_config().n_head_kv);
+    expand_kv_heads(*sh, group, ws.k.data(), T, c.head_dim_k);
+    expand_kv_heads(*sh, group, ws.v.data(), T, c.head_dim_v);
   }
   if (o.qk_norm) {
     // Per head: the gain has head_dim entries shared by every head.
@@ -143,6 +170,8 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
                           // A non-causal token's window counts back from itself.
                           s[i].n_visible > s[i].pos + 1 ? s[i].pos + 1 : 0});
   attention::AttnParams ap = attn_params(c);
+  // The query scale is the whole model's (Gemma 3 27B's depends on n_head).
+  if (m.shard()) ap.scale = attn_params(m.file_config()).scale;
   ap.window = o.window;
   attention::attend(cache, kvl, ap, ws.queries, ws.q.data(), ws.attn_out.data(), pool,
                     ws.attn_scratch.data());
@@ -151,7 +180,16 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
     for (int64_t i = 0; i < n; ++i)
       ws.attn_out[i] *= 1.0f / (1.0f + std::exp(-ws.attn_gate[i]));
   }
-  matmul(L.wo, ws.attn_out.data(), T, ws.cur.data(), ws, pool);
+  if (const TensorShard* sh = m.shard(); sh && !sh->o_by_columns && ws.stage &&
+                                          ws.stage->gather_heads) {
+    // attn_output whole on every rank: gather every head's output first.
+    if (ws.comm_status)
+      ws.comm_status = ws.stage->gather_heads(ws.attn_out.data(), ws.attn_all.data(), T);
+    matmul(L.wo, ws.attn_all.data(), T, ws.cur.data(), ws, pool);
+  } else {
+    matmul(L.wo, ws.attn_out.data(), T, ws.cur.data(), ws, pool);
+    reduce_partial(ws, ws.cur.data(), T * d);
+  }
   if (o.post_norm) norm_rows(ws.cur.data(), L.attn_post_norm, ws.cur.data(), T, d, c.rms_eps);
   for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);
 }
@@ -170,6 +208,7 @@ void ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool
     kernels::swiglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), T * ff);
   }
   matmul(L.w_down, ws.hidden.data(), T, ws.cur.data(), ws, pool);
+  reduce_partial(ws, ws.cur.data(), T * d);
   if (o.post_norm) norm_rows(ws.cur.data(), L.ffn_post_norm, ws.cur.data(), T, d, c.rms_eps);
   for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);
 }

@@ -55,20 +55,6 @@ const char* group_name(Group g) {
   return "?";
 }
 
-std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& ratios) {
-  double sum = 0.0;
-  for (double r : ratios) sum += r;
-  std::vector<int64_t> b(ratios.size() + 1, 0);
-  double cum = 0.0;
-  for (size_t d = 0; d + 1 < ratios.size(); ++d) {
-    cum += ratios[d];
-    b[d + 1] =
-        std::clamp<int64_t>(std::llround(static_cast<double>(total) * cum / sum), b[d], total);
-  }
-  b.back() = total;
-  return b;
-}
-
 const char* split_name(Split s) {
   return s == Split::kTensor ? "tensor" : "layer";
 }

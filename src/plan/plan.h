@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "kv/kv_cache.h"
 #include "model/arch_config.h"
+#include "model/shard.h"
 #include "tensor/qtype.h"
 
 namespace sustain::plan {
@@ -45,11 +46,9 @@ Group classify_tensor(const std::string& name, bool in_weight_table);
 enum class Split { kLayer, kTensor };
 const char* split_name(Split s);  // "layer", "tensor"
 
-// Splits `total` items over devices in proportion to `ratios` (each > 0):
-// device d gets [bounds[d], bounds[d + 1]), boundaries rounded from the
-// cumulative shares. The layer ranges `plan` prints and the ranges a
-// `--split layer` run computes both come from here.
-std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& ratios);
+// The layer ranges `plan` prints and the ranges a `--split layer` run
+// computes both come from model/shard.h's split_bounds.
+using ::sustain::split_bounds;
 
 struct Device {
   std::string name;             // "cpu", "dev0", ...

@@ -1,0 +1,156 @@
+#include "model/shard.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "gguf/gguf.h"
+#include "tensor/qtype.h"
+
+namespace sustain {
+
+std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& shares) {
+  double sum = 0.0;
+  for (double r : shares) sum += r;
+  std::vector<int64_t> b(shares.size() + 1, 0);
+  double cum = 0.0;
+  for (size_t d = 0; d + 1 < shares.size(); ++d) {
+    cum += shares[d];
+    b[d + 1] =
+        std::clamp<int64_t>(std::llround(static_cast<double>(total) * cum / sum), b[d], total);
+  }
+  b.back() = total;
+  return b;
+}
+
+Expected<ShardGranules> shard_granules(const ArchConfig& c, const gguf::File& f) {
+  ShardGranules g;
+  for (uint32_t il = 0; il < c.n_layer; ++il) {
+    for (const char* role : {"attn_output", "ffn_down"}) {
+      const std::string name = fmt::format("blk.{}.{}.weight", il, role);
+      const gguf::TensorInfo* t = f.find_tensor(name);
+      if (!t) continue;  // validate_weights names a missing tensor
+      const int64_t blk = qtype_traits(t->type).block_elems;
+      int64_t& dst = role[0] == 'a' ? g.o_block : g.down_block;
+      dst = std::max(dst, blk);
+    }
+  }
+  return g;
+}
+
+namespace {
+
+bool all_parts_nonempty(const std::vector<int64_t>& b) {
+  for (size_t i = 0; i + 1 < b.size(); ++i)
+    if (b[i + 1] <= b[i]) return false;
+  return true;
+}
+
+std::string per_part(const std::vector<int64_t>& b, int64_t scale) {
+  std::string s;
+  for (size_t i = 0; i + 1 < b.size(); ++i)
+    s += fmt::format("{}{}", i ? ", " : "", (b[i + 1] - b[i]) * scale);
+  return s;
+}
+
+}  // namespace
+
+Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
+                                                 const std::vector<double>& shares,
+                                                 const ShardGranules& g) {
+  const int R = static_cast<int>(shares.size());
+  if (R < 1) return error(Code::kInvalidArgument, "a tensor split needs at least one rank");
+  for (double s : shares)
+    if (!(s > 0.0) || !std::isfinite(s))
+      return error(Code::kInvalidArgument, "a share of {} is not a positive number", s);
+  if (c.is_hybrid() || c.n_nextn > 0)
+    return error(Code::kUnsupported,
+                 "the tensor split of {} models (recurrent blocks) is not built yet",
+                 arch_name(c.arch));
+  if (c.is_moe())
+    return error(Code::kUnsupported,
+                 "the tensor split of mixture-of-experts models ({}) is not built yet",
+                 arch_name(c.arch));
+  const int n_head = static_cast<int>(c.n_head), n_kv = static_cast<int>(c.n_head_kv);
+  if (n_kv < 1 || n_head % n_kv != 0)
+    return error(Code::kInvalidArgument, "{} query heads do not share {} KV heads evenly", n_head,
+                 n_kv);
+  const int group = n_head / n_kv;
+
+  // Heads: units of `d` query heads, d the largest divisor of the group that
+  // leaves every rank a unit (whole KV heads where the ranks allow it).
+  std::vector<int64_t> hb;
+  int d = 0;
+  for (int cand = group; cand >= 1; --cand) {
+    if (group % cand != 0) continue;
+    std::vector<int64_t> b = split_bounds(n_head / cand, shares);
+    if (all_parts_nonempty(b)) {
+      hb = std::move(b);
+      d = cand;
+      break;
+    }
+  }
+  if (d == 0) {
+    const std::vector<int64_t> b = split_bounds(n_head, shares);
+    for (int r = 0; r < R; ++r)
+      if (b[r + 1] <= b[r])
+        return error(Code::kInvalidArgument,
+                     "the shares leave rank {} without a query head of the model's {} (heads per "
+                     "rank: {}); give it a larger share, or use fewer ranks",
+                     r, n_head, per_part(b, 1));
+  }
+  // attn_output's cuts: at each rank's first head, which must start a block
+  // of the matrix's format; otherwise every rank multiplies all of it.
+  bool o_cols = true;
+  for (int r = 1; r < R; ++r)
+    o_cols = o_cols && (hb[r] * d * static_cast<int64_t>(c.head_dim_v)) % g.o_block == 0;
+
+  // FFN: whole blocks of ffn_down's format per rank.
+  const int64_t n_ff = c.n_ff;
+  if (g.down_block < 1 || n_ff % g.down_block != 0)
+    return error(Code::kInvalidArgument, "an FFN of {} columns is not whole blocks of {}", n_ff,
+                 g.down_block);
+  const std::vector<int64_t> fb = split_bounds(n_ff / g.down_block, shares);
+  for (int r = 0; r < R; ++r)
+    if (fb[r + 1] <= fb[r])
+      return error(Code::kInvalidArgument,
+                   "the shares leave rank {} without a block of the FFN's {} columns (ffn_down is "
+                   "cut in blocks of {}; columns per rank: {}); give it a larger share, or use "
+                   "fewer ranks",
+                   r, n_ff, g.down_block, per_part(fb, g.down_block));
+
+  std::vector<TensorShard> out(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    TensorShard& s = out[static_cast<size_t>(r)];
+    s.rank = r;
+    s.n_ranks = R;
+    s.sub_group = d;
+    s.head_begin = static_cast<int>(hb[r] * d);
+    s.head_end = static_cast<int>(hb[r + 1] * d);
+    s.kv_begin = s.head_begin / group;
+    s.kv_end = (s.head_end - 1) / group + 1;
+    s.o_by_columns = o_cols;
+    s.ff_begin = fb[r] * g.down_block;
+    s.ff_end = fb[r + 1] * g.down_block;
+  }
+  return out;
+}
+
+ArchConfig shard_config(const ArchConfig& c, const TensorShard& s) {
+  ArchConfig l = c;
+  l.n_head = static_cast<uint32_t>(s.n_heads());
+  l.n_head_kv = static_cast<uint32_t>(s.n_kv_cached());
+  l.n_ff = static_cast<uint32_t>(s.n_ff());
+  return l;
+}
+
+std::string describe(const TensorShard& s) {
+  return fmt::format("query heads {}-{} (KV heads {}-{}{}), FFN columns {}-{}, attn_output {}",
+                     s.head_begin, s.head_end - 1, s.kv_begin, s.kv_end - 1,
+                     s.expands_kv() ? fmt::format(", cached as {}", s.n_kv_cached()) : "",
+                     s.ff_begin, s.ff_end - 1,
+                     s.o_by_columns ? "by columns" : "whole (heads gathered)");
+}
+
+}  // namespace sustain

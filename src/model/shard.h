@@ -1,0 +1,70 @@
+// A tensor split (docs/split.md): the share of every block one rank holds
+// when a model is split by tensors over several ranks. A rank keeps a run of
+// query heads with the K/V heads they read (and caches only those), the
+// matching columns of attn_output, and a run of the FFN's hidden columns
+// (rows of gate/up, columns of down). Its attn_output and ffn_down products
+// are partial sums that the ranks add together (one all-reduce each); the
+// cuts fall on the block boundaries of the matrices' formats, so every rank
+// reads its weights in place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/arch_config.h"
+
+namespace sustain {
+namespace gguf {
+class File;
+}
+
+// Splits `total` items over parts in proportion to `shares` (each > 0):
+// part d gets [bounds[d], bounds[d + 1]), boundaries rounded from the
+// cumulative shares. Both splits (layer and tensor) and `plan` use it.
+std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& shares);
+
+struct TensorShard {
+  int rank = 0, n_ranks = 1;
+  int head_begin = 0, head_end = 0;  // query heads [begin, end) of the model's n_head
+  // Query heads per cached KV head. The model's GQA group, unless there are
+  // too few KV heads for the ranks: then a divisor of it, and a KV head whose
+  // group spans ranks is projected and cached by each of them.
+  int sub_group = 1;
+  int kv_begin = 0, kv_end = 0;  // the model's KV heads whose K/V rows this rank projects
+  // attn_output cut by input columns at head_begin (partial sums, summed over
+  // the ranks). False where such a cut would fall inside a block of the
+  // matrix's format: every rank then gathers all heads' attention outputs
+  // and multiplies the whole matrix.
+  bool o_by_columns = true;
+  int64_t ff_begin = 0, ff_end = 0;  // FFN hidden columns [begin, end) of n_ff
+
+  int n_heads() const { return head_end - head_begin; }
+  int n_kv_cached() const { return n_heads() / sub_group; }
+  int64_t n_ff() const { return ff_end - ff_begin; }
+  // The rank's cache holds more KV heads than it projects (a spanning group).
+  bool expands_kv() const { return n_kv_cached() != kv_end - kv_begin; }
+};
+
+// The formats' blocks the cuts must respect: the widest block (in elements)
+// of any block's attn_output and ffn_down (1 for f32/f16).
+struct ShardGranules {
+  int64_t o_block = 1, down_block = 1;
+};
+Expected<ShardGranules> shard_granules(const ArchConfig& c, const gguf::File& f);
+
+// Each rank's share for `shares.size()` ranks. kInvalidArgument naming the
+// rank when a share leaves a rank without a query head or an FFN block,
+// kUnsupported for architectures not split yet (recurrent, MoE).
+Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
+                                                 const std::vector<double>& shares,
+                                                 const ShardGranules& g);
+
+// The architecture as the rank sees it: its heads, cached KV heads and FFN width.
+ArchConfig shard_config(const ArchConfig& c, const TensorShard& s);
+
+// "heads 0-3 (KV 0), FFN 0-4095, attn_output by columns" for logs and errors.
+std::string describe(const TensorShard& s);
+
+}  // namespace sustain
