@@ -27,6 +27,13 @@ class LocalComm final : public Comm {
   }
   Status broadcast(void*, size_t, int) override { return Status::ok(); }
   Status all_reduce_sum(float*, size_t) override { return Status::ok(); }
+  Status all_gather(const void* own, void* all, const std::vector<size_t>& bytes) override {
+    if (bytes.size() != 1)
+      return error(Code::kInvalidArgument, "all-gather of {} parts in a job of one rank",
+                   bytes.size());
+    if (bytes[0]) std::memmove(all, own, bytes[0]);
+    return Status::ok();
+  }
   [[noreturn]] void abort(int exit_code) override { std::_Exit(exit_code); }
 };
 

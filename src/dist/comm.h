@@ -28,6 +28,16 @@ Launch launch_from_env();
 // True when this build has the MPI transport (CMake option SUSTAIN_MPI).
 bool mpi_built();
 
+// What a rank's transport has done: payload bytes it sent or received
+// (for a collective, the bytes of its own buffer that crossed to or from
+// other ranks) and the wall time spent inside transport calls (waiting for
+// the other ranks included).
+struct Traffic {
+  uint64_t calls = 0;
+  uint64_t bytes = 0;
+  double seconds = 0.0;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -41,9 +51,16 @@ class Comm {
   virtual Status broadcast(void* data, size_t bytes, int root) = 0;
   // Every rank's `n` floats replaced by their sum over all ranks.
   virtual Status all_reduce_sum(float* data, size_t n) = 0;
+  // Rank r's bytes[r] bytes from its `own`, every rank's in rank order, into
+  // `all` (the sum of bytes) on every rank.
+  virtual Status all_gather(const void* own, void* all, const std::vector<size_t>& bytes) = 0;
+  const Traffic& traffic() const { return traffic_; }
   // Ends every rank of the job at once: a rank that cannot go on must not
   // leave the others waiting for a message that will never come.
   [[noreturn]] virtual void abort(int exit_code) = 0;
+
+ protected:
+  Traffic traffic_;
 };
 
 // One rank and no transport: what a run outside a launcher gets.

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 
@@ -37,6 +38,22 @@ int wait_sleeping(MPI_Request* req, MPI_Status* st) {
   return MPI_SUCCESS;
 }
 
+// Counts one transport call into a Traffic: its bytes and its wall time.
+class Counted {
+ public:
+  Counted(Traffic& t, size_t bytes) : t_(t), t0_(std::chrono::steady_clock::now()) {
+    ++t_.calls;
+    t_.bytes += bytes;
+  }
+  ~Counted() {
+    t_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  Traffic& t_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 class MpiComm final : public Comm {
  public:
   MpiComm(int rank, int size, bool owns) : rank_(rank), size_(size), owns_(owns) {}
@@ -50,6 +67,7 @@ class MpiComm final : public Comm {
 
   Status send(int to, const void* data, size_t bytes) override {
     SUSTAIN_TRY(check_peer(to, "send to"));
+    Counted count(traffic_, bytes);
     const auto* p = static_cast<const char*>(data);
     for (size_t off = 0; off < bytes || off == 0; off += kMaxPiece) {
       const int n = static_cast<int>(std::min(kMaxPiece, bytes - off));
@@ -64,6 +82,7 @@ class MpiComm final : public Comm {
 
   Status recv(int from, void* data, size_t bytes) override {
     SUSTAIN_TRY(check_peer(from, "receive from"));
+    Counted count(traffic_, bytes);
     auto* p = static_cast<char*>(data);
     for (size_t off = 0; off < bytes || off == 0; off += kMaxPiece) {
       const int n = static_cast<int>(std::min(kMaxPiece, bytes - off));
@@ -86,6 +105,7 @@ class MpiComm final : public Comm {
   Status broadcast(void* data, size_t bytes, int root) override {
     if (root < 0 || root >= size_)
       return error(Code::kInvalidArgument, "broadcast from rank {} of {}", root, size_);
+    Counted count(traffic_, bytes);
     auto* p = static_cast<char*>(data);
     for (size_t off = 0; off < bytes; off += kMaxPiece) {
       const int n = static_cast<int>(std::min(kMaxPiece, bytes - off));
@@ -98,6 +118,7 @@ class MpiComm final : public Comm {
   }
 
   Status all_reduce_sum(float* data, size_t n) override {
+    Counted count(traffic_, n * sizeof(float));
     for (size_t off = 0; off < n; off += kMaxPiece / sizeof(float)) {
       const int k = static_cast<int>(std::min(kMaxPiece / sizeof(float), n - off));
       MPI_Request req;
@@ -106,6 +127,29 @@ class MpiComm final : public Comm {
           wait_sleeping(&req, MPI_STATUS_IGNORE) != MPI_SUCCESS)
         return error(Code::kIo, "MPI: all-reduce of {} floats failed", n);
     }
+    return Status::ok();
+  }
+
+  Status all_gather(const void* own, void* all, const std::vector<size_t>& bytes) override {
+    if (static_cast<int>(bytes.size()) != size_)
+      return error(Code::kInvalidArgument, "all-gather of {} parts over {} ranks", bytes.size(),
+                   size_);
+    std::vector<int> counts(bytes.size()), displs(bytes.size());
+    size_t total = 0;
+    for (size_t r = 0; r < bytes.size(); ++r) {
+      if (total + bytes[r] > static_cast<size_t>(INT_MAX))
+        return error(Code::kInvalidArgument, "all-gather of {}+ bytes: more than MPI counts",
+                     total + bytes[r]);
+      counts[r] = static_cast<int>(bytes[r]);
+      displs[r] = static_cast<int>(total);
+      total += bytes[r];
+    }
+    Counted count(traffic_, total - bytes[static_cast<size_t>(rank_)]);
+    MPI_Request req;
+    if (MPI_Iallgatherv(own, counts[static_cast<size_t>(rank_)], MPI_BYTE, all, counts.data(),
+                        displs.data(), MPI_BYTE, MPI_COMM_WORLD, &req) != MPI_SUCCESS ||
+        wait_sleeping(&req, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return error(Code::kIo, "MPI: all-gather of {} bytes failed", total);
     return Status::ok();
   }
 
