@@ -24,7 +24,8 @@ struct LogitsArgs {
 
 int logits_main(const LogitsArgs& a, Ranks& ranks) {
   if (ranks.split() && a.media.given())
-    return fail("--split layer with --image is not built yet (give one or the other)");
+    return fail(fmt::format("--split {} with --image is not built yet (give one or the other)",
+                            ranks.tensor ? "tensor" : "layer"));
   auto s = open_session(a.m, true, &ranks);
   if (!s) return fail(s.status().message());
   Session& sess = **s;
@@ -57,7 +58,18 @@ int logits_main(const LogitsArgs& a, Ranks& ranks) {
   j["layout"] = "float32 little-endian [n_tokens][n_vocab]; row i = logits after token i";
   j["cache_type_k"] = a.m.cache_type_k;
   j["cache_type_v"] = a.m.cache_type_v;
-  if (ranks.split()) {
+  if (ranks.split() && ranks.tensor) {
+    j["split"] = "tensor";
+    j["ranks"] = ranks.size();
+    auto& sh = j["shards"];  // what each rank held (model/shard.h)
+    sh = nlohmann::json::array();
+    for (const TensorShard& t : ranks.shards)
+      sh.push_back({{"query_heads", {t.head_begin, t.head_end}},
+                    {"kv_heads", {t.kv_begin, t.kv_end}},
+                    {"kv_heads_cached", t.n_kv_cached()},
+                    {"ffn_columns", {t.ff_begin, t.ff_end}},
+                    {"attn_output", t.o_by_columns ? "columns" : "whole"}});
+  } else if (ranks.split()) {
     j["split"] = "layer";
     j["ranks"] = ranks.size();
     j["layer_bounds"] = ranks.bounds;  // rank r ran blocks [bounds[r], bounds[r + 1])

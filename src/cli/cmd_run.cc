@@ -164,7 +164,9 @@ int run_main(RunArgs a, Ranks& ranks) {
   auto spec = spec_config(a.spec);
   if (!spec) return fail("run: " + spec.status().message());
   if (ranks.split() && (spec->enabled() || a.media.given()))
-    return fail("--split layer with --spec or --image is not built yet (give one or the other)");
+    return fail(fmt::format(
+        "--split {} with --spec or --image is not built yet (give one or the other)",
+        ranks.tensor ? "tensor" : "layer"));
   auto s = open_session(a.m, !spec->enabled(), &ranks);
   if (!s) return fail(s.status().message());
   Session& sess = **s;
@@ -199,10 +201,12 @@ int run_main(RunArgs a, Ranks& ranks) {
     if (!mp || !mp->image_at(i)) sampler.accept((*ids)[static_cast<size_t>(i)]);
   kv::PageTable table;
   std::vector<float> logits;
+  const dist::Traffic c0 = ranks.comm->traffic();
   const auto t0 = std::chrono::steady_clock::now();
   Status st = feed_prompt(sess, table, *in, a.m.batch, nullptr, &logits);
   if (!st) return fail(st.message());
   const double t_prompt = seconds_since(t0);
+  const dist::Traffic c1 = ranks.comm->traffic();
 
   tokenizer::StreamDecoder dec(*sess.tok);
   const int32_t n_vocab = static_cast<int32_t>(sess.model->config().n_vocab);
@@ -233,6 +237,23 @@ int run_main(RunArgs a, Ranks& ranks) {
                ids->size(), t_prompt, ids->size() / std::max(t_prompt, 1e-9),
                static_cast<long long>(generated), t_gen, generated / std::max(t_gen, 1e-9),
                sess.pool->size(), static_cast<long long>(sess.ctx));
+  if (ranks.size() > 1) {
+    // Rank 0's transport calls: bytes it exchanged and the time inside them
+    // (waiting for the other ranks included), per phase.
+    const dist::Traffic& c2 = ranks.comm->traffic();
+    const double gen_steps = static_cast<double>(std::max<int64_t>(generated - 1, 1));
+    std::fprintf(stderr,
+                 "split %s over %d ranks, rank 0 communication | prompt: %.2f MiB, %.1f ms "
+                 "(%.1f %%) | generation: %.1f KiB/token, %.2f ms/token (%.1f %%), %llu calls\n",
+                 ranks.tensor ? "tensor" : "layer", ranks.size(),
+                 static_cast<double>(c1.bytes - c0.bytes) / (1 << 20),
+                 (c1.seconds - c0.seconds) * 1e3,
+                 100.0 * (c1.seconds - c0.seconds) / std::max(t_prompt, 1e-9),
+                 static_cast<double>(c2.bytes - c1.bytes) / 1024.0 / gen_steps,
+                 (c2.seconds - c1.seconds) * 1e3 / gen_steps,
+                 100.0 * (c2.seconds - c1.seconds) / std::max(t_gen, 1e-9),
+                 static_cast<unsigned long long>(c2.calls - c1.calls));
+  }
   if (mp) {
     double enc = 0;
     for (double v : ms.encode_ms) enc += v;

@@ -69,7 +69,7 @@ Expected<int64_t> kv_budget_bytes(const ModelArgs& a) {
 Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_cache, Ranks* ranks) {
   auto s = std::make_unique<Session>();
   s->ranks = ranks;
-  SUSTAIN_ASSIGN_OR_RETURN(s->model, Model::load(a.model));
+  SUSTAIN_ASSIGN_OR_RETURN(s->model, Model::load(a.model, ranks ? ranks->shard() : nullptr));
   SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(s->model->file()));
   s->tok.emplace(std::move(tok));
   s->ctx = a.ctx;

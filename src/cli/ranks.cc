@@ -1,6 +1,8 @@
 #include "cli/ranks.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "cli/commands.h"
 #include "gguf/gguf.h"
@@ -13,7 +15,8 @@ namespace sustain::cli {
 void add_split_flags(CLI::App* sub, SplitArgs& a) {
   sub->add_option("--split,--split-mode", a.split,
                   "run one model over the ranks of an mpirun job (alias -sm): none, layer "
-                  "(contiguous blocks per rank); tensor (alias row) is not built yet")
+                  "(contiguous blocks per rank), tensor (alias row: every block's heads and FFN "
+                  "columns shared out)")
       ->capture_default_str();
   sub->add_option("--ratio,--tensor-split", a.ratio,
                   "share of each rank, comma-separated (alias -ts; 2,1.5); default: even");
@@ -41,18 +44,15 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   auto r = std::make_unique<Ranks>();
   if (!kind) {
     if (!a.ratio.empty())
-      return error(Code::kInvalidArgument, "--ratio '{}' needs --split layer", a.ratio);
+      return error(Code::kInvalidArgument, "--ratio '{}' needs --split layer or tensor", a.ratio);
     if (launch.size > 1)
       return error(Code::kInvalidArgument,
                    "started as {} ranks by a launcher (mpirun) but without --split: give --split "
-                   "layer to run one model over them, or start one process",
+                   "layer or tensor to run one model over them, or start one process",
                    launch.size);
     r->comm = dist::local_comm();
     return r;
   }
-  if (*kind == plan::Split::kTensor)
-    return error(Code::kUnsupported,
-                 "--split {}: the tensor split is not built yet; use --split layer", a.split);
   // A build without MPI refuses the flag even for one rank: what was asked
   // for (a model over ranks) cannot happen, and saying so beats running alone.
   if (!dist::mpi_built()) return dist::mpi_comm().status().with_context("--split " + a.split);
@@ -67,17 +67,27 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   // Metadata only: the blocks to divide, before any weight is touched.
   SUSTAIN_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(model_path));
   SUSTAIN_ASSIGN_OR_RETURN(ArchConfig c, arch_config_from_gguf(f));
-  if (c.is_hybrid() || c.n_nextn > 0)
+  const auto n_layer = static_cast<int64_t>(c.n_layer);
+  if (*kind == plan::Split::kTensor) {
+    r->tensor = true;
+    SUSTAIN_ASSIGN_OR_RETURN(const ShardGranules g, shard_granules(c, f));
+    auto shards = tensor_shards(c, shares, g);
+    if (!shards)
+      return shards.status().with_context(
+          a.ratio.empty() ? fmt::format("--split tensor over {} ranks", launch.size)
+                          : fmt::format("--split tensor --ratio '{}'", a.ratio));
+    r->shards = std::move(*shards);
+    r->bounds = {0, n_layer};
+  } else if (c.is_hybrid() || c.n_nextn > 0)
     return error(Code::kUnsupported,
                  "--split layer: {} models (recurrent blocks) are not split yet",
                  arch_name(c.arch));
-  const auto n_layer = static_cast<int64_t>(c.n_layer);
-  if (launch.size > n_layer)
+  if (!r->tensor && launch.size > n_layer)
     return error(Code::kInvalidArgument,
                  "--split layer: {} ranks for a model of {} blocks; use at most {} ranks",
                  launch.size, n_layer, n_layer);
-  r->bounds = plan::split_bounds(n_layer, shares);
-  for (int k = 0; k < launch.size; ++k)
+  if (!r->tensor) r->bounds = split_bounds(n_layer, shares);
+  for (int k = 0; !r->tensor && k < launch.size; ++k)
     if (r->bounds[k + 1] <= r->bounds[k]) {
       std::string per;
       for (int j = 0; j < launch.size; ++j)
@@ -97,9 +107,41 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
     r->comm = dist::local_comm();
   }
   const int me = r->comm->rank(), n = r->comm->size();
+  dist::Comm* comm = r->comm.get();
+  if (r->tensor) {
+    r->stage.layer_begin = 0;
+    r->stage.layer_end = static_cast<int>(n_layer);
+    r->stage.head = me == 0;
+    r->stage.all_reduce = [comm](float* x, int64_t k) {
+      return comm->all_reduce_sum(x, static_cast<size_t>(k));
+    };
+    // Each rank's heads' outputs, rank after rank, then token by token into
+    // head order.
+    std::vector<int64_t> width;  // floats per token, per rank
+    for (const TensorShard& sh : r->shards) width.push_back(int64_t{sh.n_heads()} * c.head_dim_v);
+    auto buf = std::make_shared<std::vector<float>>();
+    r->stage.gather_heads = [comm, width, buf](const float* own, float* all, int64_t tokens) {
+      std::vector<size_t> bytes;
+      int64_t total = 0;
+      for (int64_t w : width) {
+        bytes.push_back(static_cast<size_t>(tokens * w) * sizeof(float));
+        total += w;
+      }
+      buf->resize(static_cast<size_t>(tokens * total));
+      SUSTAIN_TRY(comm->all_gather(own, buf->data(), bytes));
+      const float* src = buf->data();
+      int64_t col = 0;
+      for (int64_t w : width) {
+        for (int64_t t = 0; t < tokens; ++t) std::copy_n(src + t * w, w, all + t * total + col);
+        src += tokens * w;
+        col += w;
+      }
+      return Status::ok();
+    };
+    return r;
+  }
   r->stage.layer_begin = static_cast<int>(r->bounds[me]);
   r->stage.layer_end = static_cast<int>(r->bounds[me + 1]);
-  dist::Comm* comm = r->comm.get();
   if (me > 0)
     r->stage.recv = [comm, me](float* x, int64_t k) {
       return comm->recv(me - 1, x, static_cast<size_t>(k) * sizeof(float));
@@ -142,7 +184,7 @@ Status broadcast_step(Ranks& r, Step& s) {
 
 Status gather_logits(Ranks& r, std::vector<float>* logits) {
   const int last = r.size() - 1;
-  if (last == 0 || !logits) return Status::ok();
+  if (last == 0 || !logits || r.tensor) return Status::ok();
   const size_t bytes = logits->size() * sizeof(float);
   if (r.rank() == last) return r.comm->send(0, logits->data(), bytes);
   if (r.rank() == 0) return r.comm->recv(last, logits->data(), bytes);

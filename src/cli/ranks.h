@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "dist/comm.h"
+#include "model/shard.h"
 #include "model/stage.h"
 
 namespace sustain::cli {
@@ -25,14 +26,20 @@ void add_split_flags(CLI::App* sub, SplitArgs& a);
 
 struct Ranks {
   std::unique_ptr<dist::Comm> comm;
+  bool tensor = false;          // --split tensor (else layer, when split)
   std::vector<int64_t> bounds;  // rank r computes blocks [bounds[r], bounds[r + 1])
-  PipelineStage stage;          // this rank's (hand-off wired to comm)
+  // --split tensor: every rank's share; the model is loaded with shards[rank].
+  std::vector<TensorShard> shards;
+  PipelineStage stage;          // this rank's (hand-off / collectives wired to comm)
   bool stopped = false;         // rank 0 has told the others to stop
   bool in_step = false;         // a step was broadcast and has not finished here
   int rank() const { return comm->rank(); }
   int size() const { return comm->size(); }
   bool split() const { return !bounds.empty(); }
   bool follower() const { return comm->rank() > 0; }
+  const TensorShard* shard() const {
+    return tensor ? &shards[static_cast<size_t>(comm->rank())] : nullptr;
+  }
 };
 
 // Checks the flags against the launch (mpirun's rank count, read from the
@@ -62,7 +69,8 @@ struct Step {
 Status broadcast_step(Ranks& r, Step& s);
 
 // After the follower has loaded its stage: copies logits rows that the last
-// rank computed to rank 0 (nothing in a one-rank job).
+// rank computed to rank 0 (nothing in a one-rank job or a tensor split,
+// where rank 0 computes them).
 Status gather_logits(Ranks& r, std::vector<float>* logits);
 
 }  // namespace sustain::cli
