@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/delta_rule.h"
 #include "model/transformer.h"
@@ -58,12 +59,24 @@ kernels::WeightView rows_of(kernels::WeightView v, int64_t r0, int64_t r1) {
   return v;
 }
 
-// Input columns [c0, c1) of a matrix, c0 on a block boundary of its format:
-// a view with the whole matrix's row stride (every kernel reads rows at
-// WeightView::row_bytes apart).
-kernels::WeightView cols_of(kernels::WeightView v, int64_t c0, int64_t c1) {
-  v.data = static_cast<const uint8_t*>(v.data) + qtype_row_bytes(v.type, static_cast<uint64_t>(c0));
+// Input columns [c0, c1) of a matrix, c0 on a block boundary of its format,
+// copied row by row into `store` so the rank's share is contiguous: a view
+// over the whole rows read half of every row and measured 2x slower than the
+// whole matrix (decode, streaming every layer once; Zen 4), and it kept
+// every page of the matrix resident on every rank.
+kernels::WeightView cols_of(kernels::WeightView v, int64_t c0, int64_t c1,
+                            std::vector<std::unique_ptr<uint8_t[]>>& store) {
+  const size_t off = qtype_row_bytes(v.type, static_cast<uint64_t>(c0));
+  const size_t row = qtype_row_bytes(v.type, static_cast<uint64_t>(c1 - c0));
+  auto buf = std::make_unique_for_overwrite<uint8_t[]>(row * static_cast<size_t>(v.n_out));
+  const auto* src = static_cast<const uint8_t*>(v.data);
+  for (int64_t r = 0; r < v.n_out; ++r)
+    std::memcpy(buf.get() + static_cast<size_t>(r) * row, src + static_cast<size_t>(r) * v.row_bytes + off,
+                row);
+  v.data = buf.get();
   v.n_in = c1 - c0;
+  v.row_bytes = row;
+  store.push_back(std::move(buf));
   return v;
 }
 
@@ -73,8 +86,12 @@ std::vector<float> slice(const std::vector<float>& v, int64_t b, int64_t e) {
 }
 
 // Cuts every block's weights to the rank's share (model/shard.h); Model::load
-// has checked that the cuts fall where the formats allow.
-void apply_shard(const ArchConfig& c, const TensorShard& s, ModelWeights& w) {
+// has checked that the cuts fall where the formats allow. The embedding
+// table stays whole (every rank embeds); a tied output matrix is cut as its
+// own view.
+void apply_shard(const ArchConfig& c, const TensorShard& s, ModelWeights& w,
+                 std::vector<std::unique_ptr<uint8_t[]>>& store) {
+  w.output = rows_of(w.output, s.vocab_begin, s.vocab_end);
   const int64_t hk = c.head_dim_k, hv = c.head_dim_v;
   for (uint32_t il = 0; il < c.n_layer; ++il) {
     LayerWeights& L = w.layers[il];
@@ -84,10 +101,10 @@ void apply_shard(const ArchConfig& c, const TensorShard& s, ModelWeights& w) {
     L.bk = slice(L.bk, s.kv_begin * hk, s.kv_end * hk);
     L.wv = rows_of(L.wv, s.kv_begin * hv, s.kv_end * hv);
     L.bv = slice(L.bv, s.kv_begin * hv, s.kv_end * hv);
-    if (s.o_by_columns) L.wo = cols_of(L.wo, s.head_begin * hv, s.head_end * hv);
+    if (s.o_by_columns) L.wo = cols_of(L.wo, s.head_begin * hv, s.head_end * hv, store);
     L.w_gate = rows_of(L.w_gate, s.ff_begin, s.ff_end);
     L.w_up = rows_of(L.w_up, s.ff_begin, s.ff_end);
-    L.w_down = cols_of(L.w_down, s.ff_begin, s.ff_end);
+    L.w_down = cols_of(L.w_down, s.ff_begin, s.ff_end, store);
   }
 }
 
@@ -172,11 +189,12 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const Tens
         shard->head_end > static_cast<int>(c.n_head) || shard->ff_end > int64_t{c.n_ff} ||
         (c.n_head / c.n_head_kv) % shard->sub_group != 0 ||
         shard->n_heads() % shard->sub_group != 0 || shard->ff_begin % g.down_block != 0 ||
-        shard->n_ff() % g.down_block != 0 ||
+        shard->n_ff() % g.down_block != 0 || shard->vocab_begin < 0 || shard->n_vocab() < 0 ||
+        shard->vocab_end > int64_t{c.n_vocab} ||
         (shard->o_by_columns && (shard->head_begin * int64_t{c.head_dim_v}) % g.o_block != 0))
       return error(Code::kInvalidArgument, "{}: a tensor split cut the file's formats cannot take ({})",
                    path, describe(*shard));
-    apply_shard(c, *shard, w);
+    apply_shard(c, *shard, w, m->owned_);
     m->shard_ = *shard;
     m->cfg_ = shard_config(c, *shard);
   }
@@ -217,6 +235,8 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
   ws.v.resize(n * c.v_dim());
   ws.attn_out.resize(n * c.n_head * c.head_dim_v);
   if (shard_ && !shard_->o_by_columns) ws.attn_all.resize(n * file_cfg_.n_head * c.head_dim_v);
+  if (shard_ && shard_->n_vocab() < c.n_vocab)
+    ws.logits_part.resize(n * static_cast<size_t>(std::max<int64_t>(shard_->n_vocab(), 1)));
   const size_t ffw = c.ffn_width();
   ws.gate.resize(n * ffw);
   ws.up.resize(n * ffw);
@@ -253,7 +273,7 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
   auto need = [&](const kernels::WeightView& v) {
     if (v.data) ms = std::max(ms, kernels::matmul_scratch_bytes(v.type, v.n_in, ws.max_tokens));
   };
-  need(w_.output);
+  if (w_.output.n_out > 0) need(w_.output);
   for (const auto& L : w_.layers) {
     for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router,
                           &L.ssm_qkv, &L.ssm_gate, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out,
@@ -395,7 +415,8 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
                    stage->layer_begin, stage->layer_end);
   }
   if (shard_ && shard_->n_ranks > 1 &&
-      (!stage || !stage->all_reduce || (!shard_->o_by_columns && !stage->gather_heads)))
+      (!stage || !stage->all_reduce || (!shard_->o_by_columns && !stage->gather_heads) ||
+       (stage->head && shard_->n_vocab() < cfg_.n_vocab && !stage->gather_vocab)))
     return error(Code::kInvalidArgument,
                  "forward: rank {} of a tensor split runs only beside the other ranks", shard_->rank);
   // The stage is the workspace's for this call only.

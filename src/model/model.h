@@ -79,6 +79,9 @@ struct Workspace {
   // Tensor split with attn_output whole: every head's attention output,
   // gathered from the ranks [max_tokens, file q_dim].
   std::vector<float> attn_all;
+  // Tensor split with the head split: this rank's logits columns
+  // [max_tokens, its vocabulary rows].
+  std::vector<float> logits_part;
   // The first failure of a collective inside a block (the blocks return no
   // status); stage_output returns it.
   Status comm_status;
@@ -153,6 +156,8 @@ class Model {
   gguf::File file_;
   ArchConfig cfg_, file_cfg_;
   std::optional<TensorShard> shard_;
+  // A shard's column slices (attn_output, ffn_down), copied out of the mapping.
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;
   ModelWeights w_;
 };
 

@@ -58,7 +58,7 @@ std::string per_part(const std::vector<int64_t>& b, int64_t scale) {
 
 Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
                                                  const std::vector<double>& shares,
-                                                 const ShardGranules& g) {
+                                                 const ShardGranules& g, bool split_head) {
   const int R = static_cast<int>(shares.size());
   if (R < 1) return error(Code::kInvalidArgument, "a tensor split needs at least one rank");
   for (double s : shares)
@@ -120,6 +120,13 @@ Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
                    "fewer ranks",
                    r, n_ff, g.down_block, per_part(fb, g.down_block));
 
+  const std::vector<int64_t> vb = split_bounds(c.n_vocab, shares);
+  for (int r = 0; split_head && r < R; ++r)
+    if (vb[r + 1] <= vb[r])
+      return error(Code::kInvalidArgument,
+                   "the shares leave rank {} without a row of the output matrix's {}", r,
+                   c.n_vocab);
+
   std::vector<TensorShard> out(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
     TensorShard& s = out[static_cast<size_t>(r)];
@@ -133,6 +140,8 @@ Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
     s.o_by_columns = o_cols;
     s.ff_begin = fb[r] * g.down_block;
     s.ff_end = fb[r + 1] * g.down_block;
+    s.vocab_begin = split_head ? vb[r] : 0;
+    s.vocab_end = split_head ? vb[r + 1] : (r == 0 ? c.n_vocab : 0);
   }
   return out;
 }
@@ -146,11 +155,13 @@ ArchConfig shard_config(const ArchConfig& c, const TensorShard& s) {
 }
 
 std::string describe(const TensorShard& s) {
-  return fmt::format("query heads {}-{} (KV heads {}-{}{}), FFN columns {}-{}, attn_output {}",
-                     s.head_begin, s.head_end - 1, s.kv_begin, s.kv_end - 1,
-                     s.expands_kv() ? fmt::format(", cached as {}", s.n_kv_cached()) : "",
-                     s.ff_begin, s.ff_end - 1,
-                     s.o_by_columns ? "by columns" : "whole (heads gathered)");
+  return fmt::format(
+      "query heads {}-{} (KV heads {}-{}{}), FFN columns {}-{}, attn_output {}, {}",
+      s.head_begin, s.head_end - 1, s.kv_begin, s.kv_end - 1,
+      s.expands_kv() ? fmt::format(", cached as {}", s.n_kv_cached()) : "", s.ff_begin,
+      s.ff_end - 1, s.o_by_columns ? "by columns" : "whole (heads gathered)",
+      s.n_vocab() > 0 ? fmt::format("output rows {}-{}", s.vocab_begin, s.vocab_end - 1)
+                      : std::string("no output rows"));
 }
 
 }  // namespace sustain

@@ -39,10 +39,15 @@ struct TensorShard {
   // and multiplies the whole matrix.
   bool o_by_columns = true;
   int64_t ff_begin = 0, ff_end = 0;  // FFN hidden columns [begin, end) of n_ff
+  // Rows of the output matrix (vocabulary entries) this rank multiplies:
+  // its share when the head is split (rank 0 gathers the logits), all of
+  // them on rank 0 and none elsewhere when it is not.
+  int64_t vocab_begin = 0, vocab_end = 0;
 
   int n_heads() const { return head_end - head_begin; }
   int n_kv_cached() const { return n_heads() / sub_group; }
   int64_t n_ff() const { return ff_end - ff_begin; }
+  int64_t n_vocab() const { return vocab_end - vocab_begin; }
   // The rank's cache holds more KV heads than it projects (a spanning group).
   bool expands_kv() const { return n_kv_cached() != kv_end - kv_begin; }
 };
@@ -54,12 +59,14 @@ struct ShardGranules {
 };
 Expected<ShardGranules> shard_granules(const ArchConfig& c, const gguf::File& f);
 
-// Each rank's share for `shares.size()` ranks. kInvalidArgument naming the
-// rank when a share leaves a rank without a query head or an FFN block,
-// kUnsupported for architectures not split yet (recurrent, MoE).
+// Each rank's share for `shares.size()` ranks; `split_head`: the output
+// matrix by vocabulary rows too (else all on rank 0). kInvalidArgument naming
+// the rank when a share leaves a rank without a query head, an FFN block or
+// (split head) a vocabulary row; kUnsupported for architectures not split
+// yet (recurrent, MoE).
 Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
                                                  const std::vector<double>& shares,
-                                                 const ShardGranules& g);
+                                                 const ShardGranules& g, bool split_head = true);
 
 // The architecture as the rank sees it: its heads, cached KV heads and FFN width.
 ArchConfig shard_config(const ArchConfig& c, const TensorShard& s);

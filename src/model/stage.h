@@ -30,8 +30,12 @@ struct PipelineStage {
   // rank's heads for `tokens` tokens [tokens, own width] → every rank's,
   // in head order [tokens, n_head × head_dim_v].
   std::function<Status(const float* own, float* all, int64_t tokens)> gather_heads;
-  // Whether this stage computes the logits (a tensor split's rank 0 does;
-  // the other ranks hold the same residual stream and skip the head).
+  // Tensor split with the output matrix split by vocabulary rows: this
+  // rank's logits columns [rows, own width] → every rank's, in vocabulary
+  // order [rows, n_vocab].
+  std::function<Status(const float* own, float* all, int64_t rows)> gather_vocab;
+  // Whether this stage computes logits (with the head kept on rank 0 of a
+  // tensor split, the other ranks hold the same residual stream and skip it).
   bool head = true;
 };
 

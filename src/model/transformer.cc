@@ -73,6 +73,15 @@ Status stage_output(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool
   if (ws.stage && !ws.stage->head) return Status::ok();
   if (stage_end(m, ws) < static_cast<int>(m.config().n_layer))
     return ws.stage->send(ws.x.data(), s.size() * m.config().n_embd);
+  if (ws.stage && ws.stage->gather_vocab && m.shard() &&
+      m.shard()->n_vocab() < int64_t{m.config().n_vocab}) {
+    // Tensor split, head split: this rank's vocabulary rows, then every rank's.
+    int64_t rows = 0;
+    for (int64_t i = 0; i < s.size(); ++i) rows += s[i].logits;
+    if (!logits || rows == 0) return Status::ok();
+    output_head(m, s, ws, pool, ws.logits_part.data());
+    return ws.stage->gather_vocab(ws.logits_part.data(), logits, rows);
+  }
   output_head(m, s, ws, pool, logits);
   return Status::ok();
 }

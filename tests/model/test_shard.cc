@@ -162,8 +162,10 @@ float worst(const std::vector<float>& a, const std::vector<float>& b) {
   return w;
 }
 
-void check_shards(const std::string& name, const std::vector<double>& shares, float bound) {
-  SCOPED_TRACE(fmt::format("{} over {} ranks", name, shares.size()));
+void check_shards(const std::string& name, const std::vector<double>& shares, float bound,
+                  bool split_head = true) {
+  SCOPED_TRACE(fmt::format("{} over {} ranks, head {}", name, shares.size(),
+                           split_head ? "split" : "on rank 0"));
   const std::string path = ref_path("models/" + name + ".gguf");
   auto whole = Model::load(path);
   ASSERT_TRUE(whole.has_value()) << whole.status().message();
@@ -178,7 +180,7 @@ void check_shards(const std::string& name, const std::vector<double>& shares, fl
   ASSERT_TRUE(file.has_value());
   auto granules = shard_granules((*whole)->config(), *file);
   ASSERT_TRUE(granules.has_value());
-  auto shards = tensor_shards((*whole)->config(), shares, *granules);
+  auto shards = tensor_shards((*whole)->config(), shares, *granules, split_head);
   ASSERT_TRUE(shards.has_value()) << shards.status().message();
   const int R = static_cast<int>(shares.size());
   Group group(R);
@@ -209,7 +211,13 @@ void check_shards(const std::string& name, const std::vector<double>& shares, fl
     k.ws = k.model->make_workspace(kChunk, 1);
     k.pool = std::make_unique<ThreadPool>(1);
     k.stage.layer_end = static_cast<int>(k.model->config().n_layer);
-    k.stage.head = r == 0;
+    k.stage.head = split_head || r == 0;
+    if (split_head) {
+      const int64_t cols = sh.n_vocab();
+      k.stage.gather_vocab = [&group, r, cols](const float* own, float* all, int64_t rows) {
+        return group.gather(r, own, all, rows, cols);
+      };
+    }
     k.stage.all_reduce = [&group, r](float* x, int64_t n) { return group.all_reduce(r, x, n); };
     const int64_t width = int64_t{sh.n_heads()} * k.model->config().head_dim_v;
     k.stage.gather_heads = [&group, r, width](const float* own, float* all, int64_t tokens) {
@@ -238,6 +246,7 @@ TEST(TensorShards, ShardsGiveTheWholeForward) {
   SUSTAIN_REQUIRE_REF();
   // f32 weights and K/V: reassociation noise only.
   check_shards("tiny-llama-f32", {1.0, 1.0}, 1e-5f);
+  check_shards("tiny-llama-f32", {1.0, 1.0}, 1e-5f, /*split_head=*/false);
   check_shards("tiny-llama-f32", {2.0, 1.5, 1.0}, 1e-5f);  // a KV group cut in two
   check_shards("tiny-gemma3-f32", {1.0, 2.0}, 1e-5f);     // post-norms, sliding window
   check_shards("tiny-gemma3-f32", {1.0, 1.0, 1.0}, 1e-5f);
@@ -256,6 +265,7 @@ TEST(TensorShards, AShardRunsOnlyBesideTheOtherRanks) {
   ASSERT_TRUE(whole.has_value());
   auto shards = tensor_shards((*whole)->config(), {1.0, 1.0}, {1, 1});
   ASSERT_TRUE(shards.has_value());
+  EXPECT_EQ((*shards)[1].vocab_begin, 256);  // half of the 512 output rows
   auto m = Model::load(path, &(*shards)[1]);
   ASSERT_TRUE(m.has_value()) << m.status().message();
   EXPECT_EQ((*m)->config().n_head, 4u);
