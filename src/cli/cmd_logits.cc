@@ -68,6 +68,7 @@ int logits_main(const LogitsArgs& a, Ranks& ranks) {
                     {"kv_heads", {t.kv_begin, t.kv_end}},
                     {"kv_heads_cached", t.n_kv_cached()},
                     {"ffn_columns", {t.ff_begin, t.ff_end}},
+                    {"output_rows", {t.vocab_begin, t.vocab_end}},
                     {"attn_output", t.o_by_columns ? "columns" : "whole"}});
   } else if (ranks.split()) {
     j["split"] = "layer";

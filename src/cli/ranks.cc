@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include "cli/commands.h"
@@ -20,6 +21,10 @@ void add_split_flags(CLI::App* sub, SplitArgs& a) {
       ->capture_default_str();
   sub->add_option("--ratio,--tensor-split", a.ratio,
                   "share of each rank, comma-separated (alias -ts; 2,1.5); default: even");
+  sub->add_option("--split-output", a.output,
+                  "--split tensor: the output matrix split by vocabulary rows over the ranks, "
+                  "rank 0 gathering the logits (split), or all on rank 0 (rank0)")
+      ->capture_default_str();
 }
 
 namespace {
@@ -29,6 +34,32 @@ Expected<std::optional<plan::Split>> split_kind(const std::string& s) {
   if (s.empty() || s == "none") return std::optional<plan::Split>();
   SUSTAIN_ASSIGN_OR_RETURN(plan::Split k, plan::parse_split(s, "--split"));
   return std::optional<plan::Split>(k);
+}
+
+// Rows of columns split over the ranks ([rows, width[r]] on rank r) into
+// every rank's [rows, Σ width]: gathered rank after rank, then put in order
+// row by row.
+std::function<Status(const float*, float*, int64_t)> column_gather(
+    dist::Comm* comm, const std::vector<int64_t>& width) {
+  auto buf = std::make_shared<std::vector<float>>();
+  return [comm, width, buf](const float* own, float* all, int64_t rows) {
+    std::vector<size_t> bytes;
+    int64_t total = 0;
+    for (int64_t w : width) {
+      bytes.push_back(static_cast<size_t>(rows * w) * sizeof(float));
+      total += w;
+    }
+    buf->resize(static_cast<size_t>(rows * total));
+    SUSTAIN_TRY(comm->all_gather(own, buf->data(), bytes));
+    const float* src = buf->data();
+    int64_t col = 0;
+    for (int64_t w : width) {
+      for (int64_t t = 0; t < rows; ++t) std::copy_n(src + t * w, w, all + t * total + col);
+      src += rows * w;
+      col += w;
+    }
+    return Status::ok();
+  };
 }
 
 }  // namespace
@@ -64,6 +95,8 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
       return error(Code::kInvalidArgument, "--ratio '{}' has {} shares for {} rank{}", a.ratio,
                    shares.size(), launch.size, launch.size == 1 ? "" : "s");
   }
+  if (a.output != "split" && a.output != "rank0")
+    return error(Code::kInvalidArgument, "--split-output '{}': give split or rank0", a.output);
   // Metadata only: the blocks to divide, before any weight is touched.
   SUSTAIN_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(model_path));
   SUSTAIN_ASSIGN_OR_RETURN(ArchConfig c, arch_config_from_gguf(f));
@@ -71,7 +104,7 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   if (*kind == plan::Split::kTensor) {
     r->tensor = true;
     SUSTAIN_ASSIGN_OR_RETURN(const ShardGranules g, shard_granules(c, f));
-    auto shards = tensor_shards(c, shares, g);
+    auto shards = tensor_shards(c, shares, g, a.output == "split");
     if (!shards)
       return shards.status().with_context(
           a.ratio.empty() ? fmt::format("--split tensor over {} ranks", launch.size)
@@ -111,33 +144,18 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   if (r->tensor) {
     r->stage.layer_begin = 0;
     r->stage.layer_end = static_cast<int>(n_layer);
-    r->stage.head = me == 0;
+    const bool split_output = a.output == "split";
+    r->stage.head = split_output || me == 0;
     r->stage.all_reduce = [comm](float* x, int64_t k) {
       return comm->all_reduce_sum(x, static_cast<size_t>(k));
     };
-    // Each rank's heads' outputs, rank after rank, then token by token into
-    // head order.
-    std::vector<int64_t> width;  // floats per token, per rank
-    for (const TensorShard& sh : r->shards) width.push_back(int64_t{sh.n_heads()} * c.head_dim_v);
-    auto buf = std::make_shared<std::vector<float>>();
-    r->stage.gather_heads = [comm, width, buf](const float* own, float* all, int64_t tokens) {
-      std::vector<size_t> bytes;
-      int64_t total = 0;
-      for (int64_t w : width) {
-        bytes.push_back(static_cast<size_t>(tokens * w) * sizeof(float));
-        total += w;
-      }
-      buf->resize(static_cast<size_t>(tokens * total));
-      SUSTAIN_TRY(comm->all_gather(own, buf->data(), bytes));
-      const float* src = buf->data();
-      int64_t col = 0;
-      for (int64_t w : width) {
-        for (int64_t t = 0; t < tokens; ++t) std::copy_n(src + t * w, w, all + t * total + col);
-        src += tokens * w;
-        col += w;
-      }
-      return Status::ok();
-    };
+    std::vector<int64_t> heads, vocab;  // columns per row, per rank
+    for (const TensorShard& sh : r->shards) {
+      heads.push_back(int64_t{sh.n_heads()} * c.head_dim_v);
+      vocab.push_back(sh.n_vocab());
+    }
+    r->stage.gather_heads = column_gather(comm, heads);
+    if (split_output) r->stage.gather_vocab = column_gather(comm, vocab);
     return r;
   }
   r->stage.layer_begin = static_cast<int>(r->bounds[me]);

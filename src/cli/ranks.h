@@ -19,6 +19,7 @@ namespace sustain::cli {
 struct SplitArgs {
   std::string split = "none";  // --split / --split-mode (-sm): none, layer, tensor (row)
   std::string ratio;           // --ratio / --tensor-split (-ts): shares, one per rank
+  std::string output = "split";  // --split-output: split (by vocabulary rows) or rank0
 };
 
 // --split, --ratio and their llama.cpp spellings.

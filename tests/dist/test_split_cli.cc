@@ -227,6 +227,12 @@ TEST(TensorSplitLogits, SharesSetTheCuts) {
   const Logits q = logits("tiny-llama-Q4_K_M", 2, "--split tensor", "cq");
   ASSERT_EQ(q.side["shards"].size(), 2u);
   EXPECT_EQ(q.side["shards"][1]["attn_output"], "whole");
+  EXPECT_EQ(q.side["shards"][1]["output_rows"], nlohmann::json::array({256, 512}));
+  // The output matrix kept on rank 0: the same logits, rank 1 holds no row.
+  const Logits r0 = logits("tiny-llama-Q4_K_M", 2, "--split tensor --split-output rank0", "cr0");
+  ASSERT_EQ(r0.v.size(), q.v.size());
+  for (size_t i = 0; i < q.v.size(); ++i) ASSERT_EQ(r0.v[i], q.v[i]) << i;
+  EXPECT_EQ(r0.side["shards"][1]["output_rows"], nlohmann::json::array({0, 0}));
 }
 
 std::string run_text(const std::string& m, int np, const std::string& extra) {
@@ -317,12 +323,14 @@ TEST(SplitRun, RankZeroErrorEndsTheJob) {
   EXPECT_NE(r.err.find("raise -c"), std::string::npos) << r.err;
 }
 
-// One process, --split layer: the stage path over every block.
+// One process, --split layer or tensor: the stage path over every block.
 TEST(SplitRun, OneRankSplitEqualsNoSplit) {
   SUSTAIN_REQUIRE_REF();
   if (!dist::mpi_built()) GTEST_SKIP() << "this build has no MPI";
   const std::string m = "tiny-llama-Q4_K_M";
-  EXPECT_EQ(run_text(m, 0, "--temp 0 --split layer"), run_text(m, 0, "--temp 0"));
+  const std::string alone = run_text(m, 0, "--temp 0");
+  EXPECT_EQ(run_text(m, 0, "--temp 0 --split layer"), alone);
+  EXPECT_EQ(run_text(m, 0, "--temp 0 --split tensor"), alone);
 }
 
 TEST(SplitRun, WithoutMpiTheSplitIsRefused) {
