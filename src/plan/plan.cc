@@ -33,11 +33,42 @@ int layer_of(const std::string& name) {
 
 struct Layout {
   std::vector<DeviceUse> dev;
+  std::vector<TensorShard> shards;  // a dense model's tensor split
   size_t logits_dev = 0;
   int64_t state_snapshots = 0;     // state slots beyond those of the sequences
   int64_t state_per_sequence = 1;  // 2 with speculation (the state before a verify step)
   int64_t logits_rows = 1;         // logits rows per sequence (1 + draft_max with speculation)
 };
+
+// Bytes of `rows` of a tensor's first dimension (a matrix's rows, a
+// vector's elements).
+uint64_t rows_bytes(const TensorEntry& t, int64_t rows) {
+  if (t.shape.empty() || t.shape[0] <= 0) return 0;
+  return t.bytes / static_cast<uint64_t>(t.shape[0]) * static_cast<uint64_t>(rows);
+}
+
+// A tensor's bytes on one rank of a tensor split, as Model::load cuts it:
+// rows of Q/K/V and gate/up, columns of attn_output and ffn_down, rows of
+// the output matrix; vectors other than the biases whole on every rank.
+uint64_t shard_bytes(const ArchConfig& c, const TensorShard& s, const TensorEntry& t) {
+  auto is = [&](const char* suffix) { return t.name.ends_with(suffix); };
+  const int64_t hk = c.head_dim_k, hv = c.head_dim_v;
+  const int64_t kv = s.kv_end - s.kv_begin;
+  auto cols = [&](int64_t n) {
+    return t.shape.size() == 2 ? qtype_row_bytes(t.type, static_cast<uint64_t>(n)) *
+                                     static_cast<uint64_t>(t.shape[0])
+                               : t.bytes;
+  };
+  if (is(".attn_q.weight") || is(".attn_q.bias")) return rows_bytes(t, s.n_heads() * hk);
+  if (is(".attn_k.weight") || is(".attn_k.bias")) return rows_bytes(t, kv * hk);
+  if (is(".attn_v.weight") || is(".attn_v.bias")) return rows_bytes(t, kv * hv);
+  if (is(".attn_output.weight")) return s.o_by_columns ? cols(s.n_heads() * hv) : t.bytes;
+  if (is(".ffn_gate.weight") || is(".ffn_up.weight")) return rows_bytes(t, s.n_ff());
+  if (is(".ffn_down.weight")) return cols(s.n_ff());
+  if (t.name == "output.weight" || (t.name == "token_embd.weight" && c.tied_output))
+    return rows_bytes(t, s.n_vocab());
+  return t.bytes;
+}
 
 }  // namespace
 
@@ -187,6 +218,24 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   for (const Device& dv : in.devices) ratios.push_back(dv.ratio);
   if (ratios.empty()) ratios.push_back(1.0);
 
+  // A dense transformer's tensor split is cut as a run cuts it
+  // (model/shard.h): query heads with their KV heads, attn_output columns,
+  // FFN columns and output rows at the formats' block boundaries.
+  std::vector<TensorShard> shards;
+  if (row && !c.is_hybrid() && !c.is_moe() && c.n_nextn == 0) {
+    ShardGranules gr;
+    for (const TensorEntry& t : in.tensors) {
+      const bool o = t.name.ends_with(".attn_output.weight");
+      if (!o && !t.name.ends_with(".ffn_down.weight")) continue;
+      const int64_t blk = qtype_traits(t.type).block_elems;
+      int64_t& dst = o ? gr.o_block : gr.down_block;
+      dst = std::max(dst, blk);
+    }
+    SUSTAIN_ASSIGN_OR_RETURN(shards, tensor_shards(c, ratios, gr));
+  }
+  L.shards = shards;
+  for (size_t d = 0; d < shards.size(); ++d) L.dev[d].cut = describe(shards[d]);
+
   // Layers (layer split) and KV heads (tensor split) per device.
   const std::vector<int64_t> lb =
       row ? std::vector<int64_t>{0, c.n_layer} : split_bounds(c.n_layer, ratios);
@@ -204,7 +253,9 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
     DeviceUse& u = L.dev[d];
     u.layer_begin = static_cast<int>(row ? 0 : lb[d]);
     u.layer_end = static_cast<int>(row ? c.n_layer : lb[d + 1]);
-    u.kv_heads = static_cast<int>(row ? hb[d + 1] - hb[d] : c.n_head_kv);
+    u.kv_heads = static_cast<int>(!shards.empty() ? shards[d].n_kv_cached()
+                                  : row           ? hb[d + 1] - hb[d]
+                                                  : c.n_head_kv);
     uint64_t kv_layers = 0, state_layers = 0;
     for (int il = u.layer_begin; il < u.layer_end; ++il) {
       kv_layers += c.kv_layer(static_cast<uint32_t>(il)) >= 0;
@@ -267,7 +318,16 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
     if (embd && !c.tied_output && t.shape.size() == 2 && t.shape[0] > 0)
       step = t.bytes / static_cast<uint64_t>(t.shape[0]);
     const int layer = layer_of(t.name);
-    if (layer >= 0 && row && t.shape.size() == 2 && t.shape[0] > 0) {
+    const bool output = t.name == "output.weight" || (embd && c.tied_output);
+    if (!shards.empty() && (layer >= 0 || output || t.name == "output_norm.weight")) {
+      // Each device's part of the tensor, as Model::load cuts it.
+      for (size_t d = 0; d < n_dev; ++d) {
+        const uint64_t b = shard_bytes(c, shards[d], t);
+        add(d, b, b);
+      }
+      // The embedding rows a step reads (the tied table's other use).
+      if (output && embd) add(0, 0, t.bytes / static_cast<uint64_t>(std::max<int64_t>(1, t.shape[0])));
+    } else if (layer >= 0 && row && t.shape.size() == 2 && t.shape[0] > 0) {
       // Tensor split: each device holds its share of every matrix's rows.
       const std::vector<int64_t> rb = split_bounds(t.shape[0], ratios);
       const uint64_t row_bytes = t.bytes / static_cast<uint64_t>(t.shape[0]);
@@ -282,8 +342,7 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
       add(row ? 0 : owner_of_layer(layer), t.bytes, step);
     } else if (row) {
       add(0, t.bytes, step);  // embeddings, output and norms stay on the main device
-    } else if (t.name == "output.weight" || t.name == "output_norm.weight" ||
-               (embd && c.tied_output)) {
+    } else if (output || t.name == "output_norm.weight") {
       add(last, t.bytes, step);  // the output head runs after the last layer
     } else {
       add(0, t.bytes, step);
@@ -309,6 +368,22 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   L.state_per_sequence = in.spec.on ? 2 : 1;
   L.logits_rows = in.spec.on ? 1 + in.spec.draft_max : 1;
   L.logits_dev = row ? 0 : last;
+  // Bytes each device sends per decoded token (docs/split.md): the layer
+  // split hands the hidden state on and the logits back; the tensor split
+  // sends its share of each all-reduce (a ring: 2 (R-1)/R of the buffer),
+  // of the head gathers, and of the logits.
+  if (n_dev > 1) {
+    const double R = static_cast<double>(n_dev);
+    const double embd = 4.0 * c.n_embd, vocab = 4.0 * c.n_vocab;
+    if (!row) {
+      p.comm_bytes_per_token = static_cast<uint64_t>(embd * (R - 1) + vocab);
+    } else if (!shards.empty()) {
+      double b = c.n_layer * 2.0 * embd * 2.0 * (R - 1) / R;
+      if (!shards[0].o_by_columns) b += c.n_layer * 4.0 * c.q_dim() * (R - 1) / R;
+      b += vocab * (R - 1) / R;
+      p.comm_bytes_per_token = static_cast<uint64_t>(b);
+    }
+  }
   p.host = in.host;
   p.host_bytes =
       in.host.runtime_bytes + in.host.tokenizer_bytes + in.host.metadata_bytes + in.host.norm_bytes;

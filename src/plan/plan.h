@@ -138,6 +138,7 @@ struct DeviceUse {
   bool fits = false;
   int layer_begin = 0, layer_end = 0;  // layers held (layer split; all for tensor split)
   int kv_heads = 0;                    // KV heads held per layer (tensor split; all otherwise)
+  std::string cut;                     // tensor split of a dense model: model/shard.h's describe()
   double bandwidth_gbps = 0.0;
 };
 
@@ -187,6 +188,10 @@ struct Plan {
   // --kv-budget: tokens the budget's pool holds, in all and per sequence.
   int64_t budget_tokens = 0, budget_tokens_per_sequence = 0;
   std::vector<SpeedPoint> speed;  // empty without a bandwidth
+  // Split over devices: the bytes each device sends per decoded token
+  // (layer: hidden state on, logits back; tensor: its share of the ring
+  // all-reduces and of the gathers); 0 on one device or where not modelled.
+  uint64_t comm_bytes_per_token = 0;
   std::string verdict;
 };
 

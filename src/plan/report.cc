@@ -104,7 +104,9 @@ nlohmann::ordered_json to_json(const PlanInput& in, const Plan& p, const std::st
                     {"layer_begin", u.layer_begin},
                     {"layer_end", u.layer_end},
                     {"kv_heads", u.kv_heads},
+                    {"cut", u.cut},
                     {"bandwidth_gbps", u.bandwidth_gbps}});
+  j["comm_bytes_per_token"] = p.comm_bytes_per_token;
   j["devices"] = devs;
   j["fits"] = p.fits;
   j["max_ctx"] = p.max_ctx;
@@ -200,6 +202,16 @@ std::string to_text(const PlanInput& in, const Plan& p, const std::string& sourc
           u.fits ? "yes" : "NO",
           in.split == Split::kTensor ? fmt::format("{}", u.kv_heads)
                                   : fmt::format("{}-{}", u.layer_begin, u.layer_end - 1)));
+    for (const DeviceUse& u : p.devices)
+      if (!u.cut.empty()) line(fmt::format("  {}: {}", u.name, u.cut));
+    if (p.comm_bytes_per_token > 0) {
+      const double b = static_cast<double>(p.comm_bytes_per_token);
+      line(fmt::format(
+          "communication: {} sent per device per decoded token; over a link of 1 / 10 / 100 "
+          "Gbit/s that is {:.2f} / {:.3f} / {:.4f} ms a token (latency not counted)",
+          format_bytes(p.comm_bytes_per_token), b * 8 / 1e9 * 1e3, b * 8 / 1e10 * 1e3,
+          b * 8 / 1e11 * 1e3));
+    }
   }
   if (!p.speed.empty()) {
     std::string bw;

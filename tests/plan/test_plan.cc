@@ -4,9 +4,11 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "base/thread_pool.h"
+#include "gguf/gguf.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
 #include "model/model.h"
@@ -339,29 +341,84 @@ TEST(PlanSplit, LayerSplit) {
   for (const auto& d : p.devices) EXPECT_EQ(d.fits, d.total <= d.usable);
 }
 
-TEST(PlanSplit, RowSplit) {
+// Seed 002's tensor split of a Llama 3 8B-shaped model at 2 : 1.5, cut as a
+// run cuts it (model/shard.h): whole KV groups, FFN blocks, output rows.
+TEST(PlanSplit, TensorSplitCutsAsARunDoes) {
   plan::PlanInput in = preset_input("llama-3.1-8b", tools::FileType::kQ8_0);
   in.devices = {{"dev0", 16 * kGiB, 2.0, 0.0}, {"dev1", 12 * kGiB, 1.5, 0.0}};
   in.split = plan::Split::kTensor;
   in.n_ctx = 8192;
   const plan::Plan p = must_plan(in);
   ASSERT_EQ(p.devices.size(), 2u);
-  // 8 KV heads in the ratio 2 : 1.5 → round(8 × 2 / 3.5) = 5 and 3, every layer.
+  // 8 KV groups in the ratio 2 : 1.5 → round(8 × 2 / 3.5) = 5 and 3, every layer.
   EXPECT_EQ(p.devices[0].kv_heads, 5);
   EXPECT_EQ(p.devices[1].kv_heads, 3);
   EXPECT_EQ(p.devices[0].kv_bytes_per_token, 32u * 5 * 512);
   EXPECT_EQ(p.devices[0].kv + p.devices[1].kv, p.kv_bytes);
-  EXPECT_EQ(p.devices[0].weights + p.devices[1].weights, p.weights_bytes);
-  // dev1 holds 3 / 3.5 rounded rows of each layer matrix: e.g. attn_q's 4096
-  // rows split at round(4096 × 2 / 3.5) = 2341, so dev1 has 1755 rows of it.
-  uint64_t dev1 = 0;
-  for (const auto& t : in.tensors) {
-    if (t.name.rfind("blk.", 0) != 0 || t.shape.size() != 2) continue;
-    const int64_t rows = t.shape[0];
-    const int64_t cut = std::llround(rows * 2.0 / 3.5);
-    dev1 += t.bytes / rows * (rows - cut);
+  EXPECT_NE(p.devices[1].cut.find("query heads 20-31"), std::string::npos) << p.devices[1].cut;
+  // dev1's share of one block: 12 of 32 query heads' rows of Q, 3 of 8 KV
+  // heads' rows of K and V, those heads' columns of attn_output, and the
+  // FFN's 14336 columns (448 Q8_0 blocks of 32) after round(448 × 2 / 3.5)
+  // = 256 blocks.
+  auto shards = tensor_shards(in.arch, {2.0, 1.5}, {32, 32});
+  ASSERT_TRUE(shards.has_value());
+  const TensorShard& s1 = (*shards)[1];
+  EXPECT_EQ(s1.head_begin, 20);
+  EXPECT_EQ(s1.ff_begin, 256 * 32);
+  // Every rank sends its share of 2 ring all-reduces a block of 4096
+  // floats and of the logits: 32 × 2 × 16 KiB × 2 · 1/2 + 501 KiB / 2.
+  EXPECT_EQ(p.comm_bytes_per_token,
+            static_cast<uint64_t>(32 * 2 * 4096 * 4 * 2 * 0.5 + 128256 * 4 * 0.5));
+}
+
+// What `plan --split tensor` puts on each device is what Model::load holds
+// for that rank: its rows and columns of every matrix, its output rows, the
+// norms; the untied embedding table on the first device.
+TEST(PlanSplit, TensorSplitEqualsWhatEachRankLoads) {
+  SUSTAIN_REQUIRE_REF();
+  for (const auto& [name, shares] :
+       {std::pair<std::string, std::vector<double>>{"tiny-llama-f32", {2.0, 1.5}},
+        {"tiny-llama-Q4_K_M", {1.0, 1.0, 1.0}},
+        {"tiny-qwen2-Q4_K_M", {1.0, 1.0}},
+        {"tiny-qwen3-Q4_K_M", {1.0, 2.0}}}) {
+    SCOPED_TRACE(name);
+    const std::string path = ref_path("models/" + name + ".gguf");
+    auto whole = Model::load(path);
+    ASSERT_TRUE(whole.has_value()) << whole.status().message();
+    plan::PlanInput in = input_for((*whole)->config());
+    for (const gguf::TensorInfo& t : (*whole)->file().tensors())
+      in.tensors.push_back({t.name, t.type, t.shape, t.n_bytes});
+    for (size_t d = 0; d < shares.size(); ++d)
+      in.devices.push_back({fmt::format("dev{}", d), kGiB, shares[d], 0.0});
+    in.split = plan::Split::kTensor;
+    in.n_ctx = 64;
+    const plan::Plan p = must_plan(in);
+    auto granules = shard_granules((*whole)->config(), (*whole)->file());
+    ASSERT_TRUE(granules.has_value());
+    auto shards = tensor_shards((*whole)->config(), shares, *granules);
+    ASSERT_TRUE(shards.has_value());
+    for (size_t d = 0; d < shares.size(); ++d) {
+      auto m = Model::load(path, &(*shards)[d]);
+      ASSERT_TRUE(m.has_value()) << m.status().message();
+      const ModelWeights& w = (*m)->weights();
+      uint64_t held = 0;
+      auto mat = [&](const kernels::WeightView& v) {
+        held += static_cast<uint64_t>(v.n_out) * v.row_bytes;
+      };
+      auto vec = [&](const std::vector<float>& v) { held += v.size() * sizeof(float); };
+      for (const LayerWeights& L : w.layers) {
+        for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) mat(*v);
+        for (const auto* v : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.attn_post_norm,
+                              &L.ffn_post_norm, &L.bq, &L.bk, &L.bv})
+          vec(*v);
+      }
+      mat(w.output);
+      vec(w.output_norm);
+      if (d == 0 && !(*m)->config().tied_output) mat(w.token_embd);
+      EXPECT_EQ(p.devices[d].weights, held) << "device " << d;
+      EXPECT_EQ(p.devices[d].kv_heads, static_cast<int>((*m)->config().n_head_kv));
+    }
   }
-  EXPECT_EQ(p.devices[1].weights, dev1);
 }
 
 TEST(PlanErrors, NameTheField) {
