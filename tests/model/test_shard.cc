@@ -13,6 +13,7 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "stage_feed.h"
 #include "test_util.h"
 
 namespace sustain::test {
@@ -140,19 +141,6 @@ class Group {
 
 constexpr int64_t kCtx = 64;
 constexpr int64_t kChunk = 5;  // workspace rows: a 12-token call runs as 3 chunks
-
-Status feed(const Model& m, kv::KvCache& cache, kv::PageTable& t, Workspace& ws, ThreadPool& pool,
-            const std::vector<int32_t>& ids, std::vector<float>* logits,
-            const PipelineStage* stage) {
-  const int64_t start = t.n_tokens;
-  SUSTAIN_TRY(cache.reserve(t, static_cast<int64_t>(ids.size())));
-  Batch b;
-  b.seqs.push_back(&t);
-  for (size_t i = 0; i < ids.size(); ++i)
-    b.tokens.push_back({ids[i], 0, start + static_cast<int64_t>(i), true});
-  logits->assign(ids.size() * m.config().n_vocab, 0.0f);
-  return m.forward(b, cache, ws, pool, logits->data(), nullptr, nullptr, stage);
-}
 
 // Largest |a - b| over max(1, |a|).
 float worst(const std::vector<float>& a, const std::vector<float>& b) {

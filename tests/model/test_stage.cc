@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "model/model.h"
+#include "stage_feed.h"
 #include "test_util.h"
 
 namespace sustain::test {
@@ -28,20 +29,6 @@ std::unique_ptr<Model> load(const std::string& name) {
   auto m = Model::load(ref_path("models/" + name + ".gguf"));
   EXPECT_TRUE(m.has_value()) << m.status().message();
   return m ? std::move(m).value() : nullptr;
-}
-
-// Feeds `ids` at the table's next positions, all logits wanted.
-Status feed(const Model& m, kv::KvCache& cache, kv::PageTable& t, Workspace& ws, ThreadPool& pool,
-            const std::vector<int32_t>& ids, std::vector<float>* logits,
-            const PipelineStage* stage) {
-  const int64_t start = t.n_tokens;
-  SUSTAIN_TRY(cache.reserve(t, static_cast<int64_t>(ids.size())));
-  Batch b;
-  b.seqs.push_back(&t);
-  for (size_t i = 0; i < ids.size(); ++i)
-    b.tokens.push_back({ids[i], 0, start + static_cast<int64_t>(i), true});
-  logits->assign(ids.size() * m.config().n_vocab, 0.0f);
-  return m.forward(b, cache, ws, pool, logits->data(), nullptr, nullptr, stage);
 }
 
 void check_stages(const std::string& name, const std::vector<int>& bounds) {
