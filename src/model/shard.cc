@@ -156,8 +156,8 @@ ArchConfig shard_config(const ArchConfig& c, const TensorShard& s) {
 
 std::string describe(const TensorShard& s) {
   return fmt::format(
-      "query heads {}-{} (KV heads {}-{}{}), FFN columns {}-{}, attn_output {}, {}",
-      s.head_begin, s.head_end - 1, s.kv_begin, s.kv_end - 1,
+      "query heads {}-{} (KV heads {}-{}{}), FFN columns {}-{}, attn_output {}, {}", s.head_begin,
+      s.head_end - 1, s.kv_begin, s.kv_end - 1,
       s.expands_kv() ? fmt::format(", cached as {}", s.n_kv_cached()) : "", s.ff_begin,
       s.ff_end - 1, s.o_by_columns ? "by columns" : "whole (heads gathered)",
       s.n_vocab() > 0 ? fmt::format("output rows {}-{}", s.vocab_begin, s.vocab_end - 1)

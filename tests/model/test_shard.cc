@@ -68,7 +68,7 @@ TEST(TensorShards, FewKvHeadsAreSharedByCuttingTheirGroups) {
   EXPECT_FALSE((*s)[1].expands_kv());
   auto u = tensor_shards(c, {2.0, 1.5, 1.0}, {1, 1});
   ASSERT_TRUE(u.has_value());
-  EXPECT_EQ((*u)[0].head_end, 4);       // all of group 0, cached as two halves
+  EXPECT_EQ((*u)[0].head_end, 4);  // all of group 0, cached as two halves
   EXPECT_EQ((*u)[0].n_kv_cached(), 2);
   EXPECT_TRUE((*u)[0].expands_kv());
   // 32-element f32 heads in 256-column blocks: no cut between heads falls on
@@ -125,8 +125,7 @@ class Group {
     int64_t col = 0;
     for (const auto& s : slots_) {
       const int64_t w = static_cast<int64_t>(s.size()) / tokens;
-      for (int64_t t = 0; t < tokens; ++t)
-        std::copy_n(s.data() + t * w, w, all + t * total + col);
+      for (int64_t t = 0; t < tokens; ++t) std::copy_n(s.data() + t * w, w, all + t * total + col);
       col += w;
     }
     sync_.arrive_and_wait();
@@ -236,7 +235,7 @@ TEST(TensorShards, ShardsGiveTheWholeForward) {
   check_shards("tiny-llama-f32", {1.0, 1.0}, 1e-5f);
   check_shards("tiny-llama-f32", {1.0, 1.0}, 1e-5f, /*split_head=*/false);
   check_shards("tiny-llama-f32", {2.0, 1.5, 1.0}, 1e-5f);  // a KV group cut in two
-  check_shards("tiny-gemma3-f32", {1.0, 2.0}, 1e-5f);     // post-norms, sliding window
+  check_shards("tiny-gemma3-f32", {1.0, 2.0}, 1e-5f);      // post-norms, sliding window
   check_shards("tiny-gemma3-f32", {1.0, 1.0, 1.0}, 1e-5f);
   // Quantized: attn_output whole (one 256-column block a row), biases
   // (qwen2), Q/K norms (qwen3). An activation whose int8 code the noise
