@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstring>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "kernels/delta_rule.h"
 #include "model/transformer.h"
 #include "model/weights.h"
@@ -73,6 +76,14 @@ kernels::WeightView cols_of(kernels::WeightView v, int64_t c0, int64_t c1,
   for (int64_t r = 0; r < v.n_out; ++r)
     std::memcpy(buf.get() + static_cast<size_t>(r) * row, src + static_cast<size_t>(r) * v.row_bytes + off,
                 row);
+  // The rank reads only the copy from now on: hand the mapped pages the
+  // copy touched back (the page cache keeps them), so the process holds
+  // its share and not the whole matrix.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto b = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
+  const auto e =
+      (reinterpret_cast<uintptr_t>(src) + static_cast<size_t>(v.n_out) * v.row_bytes) / page * page;
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
   v.data = buf.get();
   v.n_in = c1 - c0;
   v.row_bytes = row;
