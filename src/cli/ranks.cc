@@ -76,6 +76,9 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   if (!kind) {
     if (!a.ratio.empty())
       return error(Code::kInvalidArgument, "--ratio '{}' needs --split layer or tensor", a.ratio);
+    if (a.output != "split")
+      return error(Code::kInvalidArgument, "--split-output {} applies to --split tensor only",
+                   a.output);
     if (launch.size > 1)
       return error(Code::kInvalidArgument,
                    "started as {} ranks by a launcher (mpirun) but without --split: give --split "
@@ -97,6 +100,9 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   }
   if (a.output != "split" && a.output != "rank0")
     return error(Code::kInvalidArgument, "--split-output '{}': give split or rank0", a.output);
+  if (a.output != "split" && *kind != plan::Split::kTensor)
+    return error(Code::kInvalidArgument, "--split-output {} applies to --split tensor only",
+                 a.output);
   // Metadata only: the blocks to divide, before any weight is touched.
   SUSTAIN_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(model_path));
   SUSTAIN_ASSIGN_OR_RETURN(ArchConfig c, arch_config_from_gguf(f));

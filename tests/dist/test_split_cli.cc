@@ -301,6 +301,8 @@ TEST(SplitRun, BadSplitsAreRefusedNamingTheFlag) {
       {2, "--split tensor --ratio 100,1", "leave rank 1 without a query head"},
       {4, "--split tensor", "leave rank 2 without a block of the FFN's 768 columns"},
       {2, "--split diagonal", "--split 'diagonal'"},
+      {2, "--split layer --split-output rank0", "applies to --split tensor only"},
+      {2, "--split tensor --split-output rank7", "--split-output 'rank7'"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.flags);
