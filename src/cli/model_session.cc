@@ -80,7 +80,7 @@ Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_ca
                                ? s->model->stage_kv_geometry(ranks->stage, kt, vt)
                                : s->model->kv_geometry(kt, vt);
   SUSTAIN_ASSIGN_OR_RETURN(int64_t budget, kv_budget_bytes(a));
-  if (budget > 0) {
+  if (budget > 0 && g.page_bytes() > 0) {  // a stage of DeltaNet blocks only has no KV
     const int64_t fit = budget / static_cast<int64_t>(g.page_bytes()) * g.page_tokens;
     if (fit < a.ctx)
       return error(Code::kOutOfMemory,

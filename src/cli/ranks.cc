@@ -106,7 +106,8 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   // Metadata only: the blocks to divide, before any weight is touched.
   SUSTAIN_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(model_path));
   SUSTAIN_ASSIGN_OR_RETURN(ArchConfig c, arch_config_from_gguf(f));
-  const auto n_layer = static_cast<int64_t>(c.n_layer);
+  // The main blocks: an MTP block (qwen35) is not part of the forward.
+  const auto n_layer = static_cast<int64_t>(c.n_main_layer());
   if (*kind == plan::Split::kTensor) {
     r->tensor = true;
     SUSTAIN_ASSIGN_OR_RETURN(const ShardGranules g, shard_granules(c, f));
@@ -117,10 +118,7 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
                           : fmt::format("--split tensor --ratio '{}'", a.ratio));
     r->shards = std::move(*shards);
     r->bounds = {0, n_layer};
-  } else if (c.is_hybrid() || c.n_nextn > 0)
-    return error(Code::kUnsupported,
-                 "--split layer: {} models (recurrent blocks) are not split yet",
-                 arch_name(c.arch));
+  }
   if (!r->tensor && launch.size > n_layer)
     return error(Code::kInvalidArgument,
                  "--split layer: {} ranks for a model of {} blocks; use at most {} ranks",

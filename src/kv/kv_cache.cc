@@ -46,7 +46,10 @@ Status out_of_memory(const KvGeometry& g, int64_t max_tokens, const char* bytes_
 }  // namespace
 
 Status validate(const KvGeometry& g) {
-  if (g.n_layer <= 0) return error(Code::kInvalidArgument, "KV geometry: n_layer = {}", g.n_layer);
+  // No KV layer at all only beside recurrent state: a pipeline stage of a
+  // hybrid model that holds only DeltaNet blocks (its pages hold 0 bytes).
+  if (g.n_layer < 0 || (g.n_layer == 0 && g.state.empty()))
+    return error(Code::kInvalidArgument, "KV geometry: n_layer = {}", g.n_layer);
   if (g.n_head_kv <= 0)
     return error(Code::kInvalidArgument, "KV geometry: n_head_kv = {}", g.n_head_kv);
   if (g.page_tokens <= 0)
@@ -89,13 +92,16 @@ Expected<KvCache> KvCache::create(const KvGeometry& g, int64_t max_tokens) {
   if (*bytes > available_memory_bytes())
     return out_of_memory(g, max_tokens, need.c_str(), "more than the memory available");
 
-  void* p = mmap(nullptr, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return out_of_memory(g, max_tokens, need.c_str(), "mmap failed");
-  // Attention reads pages scattered over the pool: huge pages cut TLB misses.
-  madvise(p, *bytes, MADV_HUGEPAGE);
-  // Commit every page now, so running out of memory shows here and the
-  // decode loop never page-faults.
-  std::memset(p, 0, *bytes);
+  void* p = nullptr;
+  if (*bytes > 0) {
+    p = mmap(nullptr, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return out_of_memory(g, max_tokens, need.c_str(), "mmap failed");
+    // Attention reads pages scattered over the pool: huge pages cut TLB misses.
+    madvise(p, *bytes, MADV_HUGEPAGE);
+    // Commit every page now, so running out of memory shows here and the
+    // decode loop never page-faults.
+    std::memset(p, 0, *bytes);
+  }
 
   KvCache c;
   c.g_ = g;

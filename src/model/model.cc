@@ -392,14 +392,20 @@ Status Model::forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& 
 kv::KvGeometry Model::stage_kv_geometry(PipelineStage& stage, QType k_type, QType v_type,
                                         int page_tokens) const {
   kv::KvGeometry g = kv_geometry(k_type, v_type, page_tokens);
-  int before = 0, own = 0;
+  int before = 0, own = 0, own_state = 0;
   for (int b = 0; b < static_cast<int>(cfg_.n_layer); ++b) {
-    const bool kv = cfg_.kv_layer(static_cast<uint32_t>(b)) >= 0;
+    const auto l = static_cast<uint32_t>(b);
+    const bool kv = cfg_.kv_layer(l) >= 0;
+    const bool mine = b >= stage.layer_begin && b < stage.layer_end;
     before += kv && b < stage.layer_begin;
-    own += kv && b >= stage.layer_begin && b < stage.layer_end;
+    own += kv && mine;
+    own_state += cfg_.is_recurrent(l) && mine;
   }
   stage.kv_layer_begin = before;
   g.n_layer = own;
+  // A hybrid stage keeps the recurrent state of its own DeltaNet blocks only.
+  g.state.n_layer = own_state;
+  if (own_state == 0) g.state = {};
   return g;
 }
 
@@ -412,12 +418,8 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
   if (stage) {
     if (hidden || hidden_all)
       return error(Code::kInvalidArgument, "forward: no hidden states from a pipeline stage");
-    // DeltaNet blocks keep per-sequence state whose slots a stage would
-    // have to renumber; not built yet.
-    if (cfg_.is_hybrid() || cfg_.n_nextn > 0)
-      return error(Code::kUnsupported, "{}: a layer split of a {} model is not built yet",
-                   file_.path(), arch_name(cfg_.arch));
-    const int n = static_cast<int>(cfg_.n_layer);
+    // The main blocks (an MTP block runs only in forward_mtp).
+    const int n = static_cast<int>(cfg_.n_main_layer());
     if (stage->layer_begin < 0 || stage->layer_end > n || stage->layer_begin >= stage->layer_end)
       return error(Code::kInvalidArgument, "pipeline stage of blocks [{}, {}) of a {}-block model",
                    stage->layer_begin, stage->layer_end, n);

@@ -54,7 +54,7 @@ int stage_begin(const Workspace& ws) {
 }
 
 int stage_end(const Model& m, const Workspace& ws) {
-  return ws.stage ? ws.stage->layer_end : static_cast<int>(m.config().n_layer);
+  return ws.stage ? ws.stage->layer_end : static_cast<int>(m.config().n_main_layer());
 }
 
 Status stage_input(const Model& m, TokenSpan s, Workspace& ws, float embd_scale) {
@@ -71,7 +71,7 @@ Status stage_input(const Model& m, TokenSpan s, Workspace& ws, float embd_scale)
 Status stage_output(const Model& m, TokenSpan s, Workspace& ws, ThreadPool& pool, float* logits) {
   SUSTAIN_TRY(ws.comm_status);
   if (ws.stage && !ws.stage->head) return Status::ok();
-  if (stage_end(m, ws) < static_cast<int>(m.config().n_layer))
+  if (stage_end(m, ws) < static_cast<int>(m.config().n_main_layer()))
     return ws.stage->send(ws.x.data(), s.size() * m.config().n_embd);
   if (ws.stage && ws.stage->gather_vocab && m.shard() &&
       m.shard()->n_vocab() < int64_t{m.config().n_vocab}) {

@@ -26,8 +26,9 @@ kernels::RopeParams rope_params(const ArchConfig& c, const ModelWeights& w, bool
 // ws.x[t] = embedding row of token t.
 void embed(const Model& m, TokenSpan s, Workspace& ws);
 
-// The blocks this forward computes, [stage_begin, stage_end): all of them,
-// or those of the pipeline stage in ws.stage (model/stage.h).
+// The blocks this forward computes, [stage_begin, stage_end): all the main
+// blocks (an MTP block is not run by the forward), or those of the pipeline
+// stage in ws.stage (model/stage.h).
 int stage_begin(const Workspace& ws);
 int stage_end(const Model& m, const Workspace& ws);
 // The first stage embeds (token rows times `embd_scale`, rows given as

@@ -238,7 +238,7 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
 
   // Layers (layer split) and KV heads (tensor split) per device.
   const std::vector<int64_t> lb =
-      row ? std::vector<int64_t>{0, c.n_layer} : split_bounds(c.n_layer, ratios);
+      row ? std::vector<int64_t>{0, c.n_layer} : split_bounds(c.n_main_layer(), ratios);
   const std::vector<int64_t> hb =
       row ? split_bounds(c.n_head_kv, ratios) : std::vector<int64_t>{0, c.n_head_kv};
   const uint64_t kv_row = g.k_row_bytes() + g.v_row_bytes();

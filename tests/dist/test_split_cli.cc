@@ -116,7 +116,8 @@ TEST_P(SplitLogits, EqualOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Models, SplitLogits,
                          ::testing::Values("tiny-llama-f32", "tiny-llama-Q4_K_M",
-                                           "tiny-qwen3-Q4_K_M", "tiny-gemma3-f32"),
+                                           "tiny-qwen3-Q4_K_M", "tiny-gemma3-f32",
+                                           "tiny-qwen35-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s)
@@ -253,6 +254,10 @@ TEST(SplitRun, GreedyAndSeededTextIsIdentical) {
   EXPECT_EQ(run_text(m, 2, "--temp 0.9 -s 7 --split layer"), seeded);
   const std::string q = "tiny-qwen3-Q4_K_M";
   EXPECT_EQ(run_text(q, 2, "--temp 0 -sm layer -ts 1,2"), run_text(q, 0, "--temp 0"));
+  // qwen35: a stage keeps its own DeltaNet blocks' state (the first of 3
+  // stages holds no KV layer at all).
+  const std::string h = "tiny-qwen35-f32";
+  EXPECT_EQ(run_text(h, 3, "--temp 0 --split layer -ts 2,1.5,1"), run_text(h, 0, "--temp 0"));
 }
 
 TEST(TensorSplitRun, GreedyTextIsIdentical) {

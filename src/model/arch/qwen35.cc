@@ -15,23 +15,25 @@ namespace sustain {
 Status forward_qwen35(const Model& m, TokenSpan s, kv::KvCache& cache, Workspace& ws,
                       ThreadPool& pool, float* logits) {
   const ArchConfig& c = m.config();
+  // A pipeline stage without DeltaNet blocks keeps no recurrent state.
   std::vector<SeqRun> runs;
-  SUSTAIN_TRY(seq_runs(s, cache, runs));
-  embed(m, s, ws);
+  if (cache.has_state()) SUSTAIN_TRY(seq_runs(s, cache, runs));
+  SUSTAIN_TRY(stage_input(m, s, ws));
+  // The stage's state holds its own DeltaNet blocks, numbered from 0.
   int state_layer = 0;
-  for (uint32_t il = 0; il < c.n_main_layer(); ++il) {
-    const int l = static_cast<int>(il);
-    if (c.is_recurrent(il)) {
-      delta_net_block(m, l, state_layer++, s, runs, cache, ws, pool);
+  for (int il = stage_begin(ws); il < stage_end(m, ws); ++il) {
+    const auto l = static_cast<uint32_t>(il);
+    if (c.is_recurrent(l)) {
+      delta_net_block(m, il, state_layer++, s, runs, cache, ws, pool);
     } else {
       AttnOptions o{.qkv_bias = false, .qk_norm = true, .neox = true};
       o.out_gate = true;
-      o.kv_layer = c.kv_layer(il);
-      attention_block(m, l, s, o, cache, ws, pool);
+      o.kv_layer = c.kv_layer(l);
+      attention_block(m, il, s, o, cache, ws, pool);
     }
-    ffn_block(m, l, s, ws, pool);
+    ffn_block(m, il, s, ws, pool);
   }
-  output_head(m, s, ws, pool, logits);
+  SUSTAIN_TRY(stage_output(m, s, ws, pool, logits));
   for (const SeqRun& r : runs)
     cache.states().set_pos(r.slot, cache.states().pos(r.slot) + (r.end - r.begin));
   return Status::ok();
