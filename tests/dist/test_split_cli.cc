@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -348,20 +349,39 @@ TEST(SplitRun, WithoutMpiTheSplitIsRefused) {
   EXPECT_NE(r.err.find("has no MPI"), std::string::npos) << r.err;
 }
 
-// The process of rank `rank` among the children of `parent`, or -1.
-pid_t child_rank(pid_t parent, int rank) {
+// The parent of process `pid`, or -1.
+pid_t parent_of(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string state;
+  pid_t ppid = -1;
+  // comm may hold spaces; it is in parentheses, and the state follows it.
+  std::string line;
+  if (!std::getline(stat, line)) return -1;
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(line.substr(close + 1));
+  return (rest >> state >> ppid) ? ppid : -1;
+}
+
+// The process that is rank `rank` of an MPI job started below `root` (the
+// test's own job: other tests may run mpirun at the same time), or -1.
+pid_t rank_below(pid_t root, int rank) {
   const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string pid, comm, state;
-    pid_t ppid = 0;
-    if (!(stat >> pid >> comm >> state >> ppid) || ppid != parent) continue;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    bool below = false;
+    for (pid_t p = parent_of(pid), hops = 0; p > 1 && hops < 16; p = parent_of(p), ++hops)
+      if (p == root) {
+        below = true;
+        break;
+      }
+    if (!below) continue;
     std::ifstream env(e.path() / "environ", std::ios::binary);
     std::string var;
     while (std::getline(env, var, '\0'))
-      if (var == want) return static_cast<pid_t>(std::stol(name));
+      if (var == want) return pid;
   }
   return -1;
 }
@@ -406,13 +426,8 @@ TEST_P(SplitFaults, KilledRankEndsTheJob) {
     // Wait until text streams: every rank is in the generation loop.
     std::error_code ec;
     if (std::filesystem::file_size(out, ec) > 16) {
-      for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-        const std::string name = e.path().filename();
-        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-        const pid_t p = static_cast<pid_t>(std::stol(name));
-        if (rank1 < 0) rank1 = child_rank(p, 1);
-        if (rank0 < 0) rank0 = child_rank(p, 0);
-      }
+      if (rank1 < 0) rank1 = rank_below(job, 1);
+      if (rank0 < 0) rank0 = rank_below(job, 0);
       if (rank0 > 0 && rank1 > 0) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
