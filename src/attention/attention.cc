@@ -32,6 +32,12 @@ int item_rows(const AttnParams& p) {
   return block_queries(p) * p.n_head;
 }
 
+// The largest spread of window starts within a block that the fused kernel
+// takes (its rows fold the keys between their own start and the block's
+// latest one, fold_keys); a prefill or verify block of consecutive positions
+// spreads by fewer than kMaxBlockRows.
+constexpr int64_t kMaxFoldSpread = 2 * detail::kMaxBlockRows;
+
 bool may_split(const AttnParams& p, int n_threads) {
   return p.split_kv == SplitKv::kForce || (p.split_kv == SplitKv::kAuto && n_threads > 1);
 }
@@ -131,45 +137,58 @@ void finalize_rows(const Run& R, const Unit& u, const float* o, const float* l) 
   }
 }
 
-// Folds keys [k0, k1) into the state of a unit whose block is one query, one
-// key at a time in f32 (the online-softmax update): the window's first keys
-// before a 16-key group boundary, at most 15 (run_one).
-void fold_keys(const Run& R, const Unit& u, const State& st, int64_t k0, int64_t k1) {
+// Folds into the state of a unit each row's keys below the fused kernel's
+// range: query b's keys [window_first_b, min(k_start, n_visible_b)), one key
+// at a time in f32 (the online-softmax update; the order of keys does not
+// change the result). Each key is read once for the rows that see it. The
+// kernel's range starts at the block's latest window start, rounded up to a
+// 16-key group where K or V is tiled (run_one), so a row folds at most the
+// block's spread of window starts plus 15 keys.
+void fold_keys(const Run& R, const Unit& u, const State& st, int64_t k_start) {
   const AttnParams& p = *R.p;
   const kv::KvGeometry& g = R.cache->geometry();
-  const QueryInfo& qi = (*R.queries)[u.q0];
-  SUSTAIN_CHECK(u.n_queries == 1);
+  const QueryInfo* qi = R.queries->data() + u.q0;
   const DequantizeFn k_deq = qtype_traits(g.k_type).dequantize;
   const DequantizeFn v_deq = qtype_traits(g.v_type).dequantize;
   SUSTAIN_CHECK(k_deq != nullptr && v_deq != nullptr);
+  int64_t k0 = k_start;
+  for (int b = 0; b < u.n_queries; ++b) k0 = std::min(k0, qi[b].window_first(p.window));
   thread_local std::vector<float> kf, vf;
   thread_local std::vector<uint8_t> raw;
   kf.resize(size_t(p.head_dim_k));
   vf.resize(size_t(p.head_dim_v));
   raw.resize(std::max(g.k_row_bytes(), g.v_row_bytes()));
-  for (int64_t key = k0; key < k1; ++key) {
+  const int head_rows = u.n_queries * R.group;
+  for (int64_t key = k0; key < k_start; ++key) {
     for (int hk = u.head_begin; hk < u.head_end; ++hk) {
-      R.cache->copy_k_row(*qi.pages, R.layer, hk, key, raw.data());
-      k_deq(raw.data(), kf.data(), p.head_dim_k);
-      R.cache->copy_v_row(*qi.pages, R.layer, hk, key, raw.data());
-      v_deq(raw.data(), vf.data(), p.head_dim_v);
-      for (int i = 0; i < R.group; ++i) {
-        const int r = (hk - u.head_begin) * R.group + i;
-        const float* q = R.q + size_t(u.q0) * p.n_head * p.head_dim_k +
-                         (size_t(hk) * R.group + i) * p.head_dim_k;
-        float s = 0.0f;
-        for (int c = 0; c < p.head_dim_k; ++c) s += q[c] * kf[c];
-        s *= p.scale;
-        float* o = st.o + size_t(r) * p.head_dim_v;
-        if (s > st.m[r]) {
-          const float keep = st.l[r] > 0.0f ? std::exp(st.m[r] - s) : 0.0f;
-          for (int c = 0; c < p.head_dim_v; ++c) o[c] *= keep;
-          st.l[r] *= keep;
-          st.m[r] = s;
+      bool loaded = false;
+      for (int b = 0; b < u.n_queries; ++b) {
+        if (key < qi[b].window_first(p.window) || key >= qi[b].n_visible) continue;
+        if (!loaded) {
+          R.cache->copy_k_row(*qi[b].pages, R.layer, hk, key, raw.data());
+          k_deq(raw.data(), kf.data(), p.head_dim_k);
+          R.cache->copy_v_row(*qi[b].pages, R.layer, hk, key, raw.data());
+          v_deq(raw.data(), vf.data(), p.head_dim_v);
+          loaded = true;
         }
-        const float w = std::exp(s - st.m[r]);
-        for (int c = 0; c < p.head_dim_v; ++c) o[c] += w * vf[c];
-        st.l[r] += w;
+        for (int i = 0; i < R.group; ++i) {
+          const int r = (hk - u.head_begin) * head_rows + b * R.group + i;
+          const float* q = R.q + size_t(u.q0 + b) * p.n_head * p.head_dim_k +
+                           (size_t(hk) * R.group + i) * p.head_dim_k;
+          float s = 0.0f;
+          for (int c = 0; c < p.head_dim_k; ++c) s += q[c] * kf[c];
+          s *= p.scale;
+          float* o = st.o + size_t(r) * p.head_dim_v;
+          if (s > st.m[r]) {
+            const float keep = st.l[r] > 0.0f ? std::exp(st.m[r] - s) : 0.0f;
+            for (int c = 0; c < p.head_dim_v; ++c) o[c] *= keep;
+            st.l[r] *= keep;
+            st.m[r] = s;
+          }
+          const float w = std::exp(s - st.m[r]);
+          for (int c = 0; c < p.head_dim_v; ++c) o[c] += w * vf[c];
+          st.l[r] += w;
+        }
       }
     }
   }
@@ -201,17 +220,19 @@ void run_one(const Run& R, int64_t item, int thread) {
   const int max_rows = item_rows(p);
   State st = state_at(work + detail::work_floats(p.head_dim_k, p.head_dim_v, max_rows), max_rows,
                       p.head_dim_v);
-  // A sliding window's first key (attend() sends a query past its window
-  // here only alone in its block; every other query starts at key 0). The
-  // tiled kernels walk 16-key groups, so with tiled K or V the range starts
-  // at the next group boundary and the few keys before it are folded into
-  // the state afterwards (fold_keys).
-  int64_t k_lo = k_max;
-  for (int b = 0; b < u.n_queries; ++b) k_lo = std::min(k_lo, qi[b].window_first(p.window));
+  // Sliding window: the kernel's range starts at the block's latest window
+  // start, which every row's window holds (with tiled K or V at the next
+  // 16-key group, as the tiled kernels walk whole groups); each row's keys
+  // before that are folded into the state afterwards (fold_keys). Without a
+  // window every row starts at key 0.
+  int64_t k_hi = 0;
+  bool fold = false;
+  for (int b = 0; b < u.n_queries; ++b) k_hi = std::max(k_hi, qi[b].window_first(p.window));
   const kv::KvGeometry& g = R.cache->geometry();
   const int64_t align = g.k_tiled() || g.v_tiled() ? kv::kTileKeys : 1;
-  const int64_t k_start = std::min(k_max, (k_lo + align - 1) / align * align);
-  bool fold = k_lo < k_start;
+  const int64_t k_start = std::min(k_max, (k_hi + align - 1) / align * align);
+  for (int b = 0; b < u.n_queries; ++b)
+    fold = fold || qi[b].window_first(p.window) < std::min(k_start, qi[b].n_visible);
   if (R.n_split == 1) {
     it.k_begin = k_start;
     it.k_end = k_max;
@@ -232,7 +253,7 @@ void run_one(const Run& R, int64_t item, int thread) {
   it.m = st.m;
   it.l = st.l;
   detail::run_item(it);
-  if (fold) fold_keys(R, u, st, k_lo, k_start);
+  if (fold) fold_keys(R, u, st, k_start);
   if (R.n_split == 1) finalize_rows(R, u, st.o, st.l);
 }
 
@@ -269,26 +290,6 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
   SUSTAIN_CHECK(layer >= 0 && layer < g.n_layer);
   const int64_t n_q = static_cast<int64_t>(queries.size());
   if (n_q == 0) return;
-  if (p.window > 0) {
-    // Only a query whose window starts past key 0 needs the window path;
-    // the others see every key up to n_visible either way.
-    // The fused kernel takes a query past its window as a key range that
-    // starts at the window (decode: one query per sequence; run_one).
-    // Otherwise (prefill and verify blocks, whose queries' windows differ)
-    // the window path of window.h.
-    bool beyond = false, fused = true;
-    for (size_t t = 0; t < queries.size(); ++t) {
-      const QueryInfo& qi = queries[t];
-      SUSTAIN_CHECK(qi.pages != nullptr && qi.n_visible >= 0 &&
-                    qi.n_visible <= static_cast<int64_t>(qi.pages->pages.size()) * g.page_tokens);
-      beyond = beyond || qi.window_first(p.window) > 0;
-      fused = fused && (t == 0 || qi.pages != queries[t - 1].pages);
-    }
-    if (beyond && !fused) {
-      attend_window(cache, layer, p, queries, q, out, pool, scratch);
-      return;
-    }
-  }
   const int n_threads = pool.size();
   const Layout L = layout(p, n_q, n_threads);
   auto* base = static_cast<uint8_t*>(scratch);
@@ -308,6 +309,22 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
     }
   }
   block_start[n_blocks] = static_cast<int32_t>(n_q);
+  // Sliding window: a block whose queries' window starts lie far apart (not
+  // consecutive positions) would fold many keys one at a time (fold_keys);
+  // the window path of window.h takes such a batch instead.
+  if (p.window > 0) {
+    for (int64_t blk = 0; blk < n_blocks; ++blk) {
+      int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+      for (int32_t t = block_start[blk]; t < block_start[blk + 1]; ++t) {
+        lo = std::min(lo, queries[size_t(t)].window_first(p.window));
+        hi = std::max(hi, queries[size_t(t)].window_first(p.window));
+      }
+      if (hi - lo > kMaxFoldSpread) {
+        attend_window(cache, layer, p, queries, q, out, pool, scratch);
+        return;
+      }
+    }
+  }
 
   // Long contexts with few blocks: split keys (all KV heads per item, so
   // each item streams its pages front to back). Otherwise, with few blocks,

@@ -1,14 +1,15 @@
 // Sliding-window attention (Gemma 3's local layers): query t attends to the
 // keys [max(0, n_visible - window), n_visible) only, the last `window`
-// positions including its own. Called by attend() when a query's context is
-// longer than the window, unless every such query is alone in its block
-// (decode): the fused kernel then takes the key range from the window's
-// first key (attention.cc). Shorter contexts see every key anyway and
-// take the fused kernel.
+// positions including its own. The fused kernel takes every block whose
+// queries' window starts lie within a few keys of each other (decode
+// queries, prefill chunks and verify blocks of consecutive positions) as a
+// key range from the block's latest window start, folding each row's
+// earlier keys in afterwards (attention.cc). attend() calls this path for a
+// batch with any other block.
 //
-// This first version reads the window's K and V rows out of the pages, turns
-// them into f32 and runs an exact softmax per (query, KV head): O(window) per
-// query whatever the context length, but without the fused kernel's tiling,
+// It reads the window's K and V rows out of the pages, turns them into f32
+// and runs an exact softmax per (query, KV head): O(window) per query
+// whatever the context length, but without the fused kernel's tiling,
 // in-place block formats and prefetching (attention.h). Work items are
 // (query, KV head) pairs spread over the pool.
 #pragma once

@@ -224,6 +224,38 @@ TEST(SlidingWindow, DecodeQueriesPastTheWindowMatchReference) {
   }
 }
 
+// Prefill and verify blocks past the window (consecutive positions of one
+// sequence, as Gemma 3's local layers prefill): the fused kernel takes the
+// block's keys from its latest window start (the next 16-key group where
+// K/V are tiled) and folds each row's earlier window keys in afterwards.
+// Windows shorter than a block, than a page, across pages and longer than
+// the split threshold; chunks starting in and past the window, one longer
+// than a block; f16 and q8_0, tiled and untiled; sharp scores, so a key
+// wrongly kept or dropped at either end of a row's window shows.
+TEST(SlidingWindow, PrefillBlocksPastTheWindowMatchReference) {
+  for (QType t : {QType::F16, QType::Q8_0}) {
+    for (bool tiled : {true, false}) {
+      for (int window : {3, 37, 600}) {
+        SCOPED_TRACE(std::string(qtype_name(t)) + (tiled ? " tiled" : " rows") + " window " +
+                     std::to_string(window));
+        kv::KvGeometry g = geometry(2, 32, 16, t, t);
+        g.tiled = tiled;
+        Filled f = make_filled(g, {1500, 120}, 43, /*k_sigma=*/3.0f);
+        AttnParams p = params_for(g, 2, SplitKv::kAuto);
+        p.window = window;
+        std::vector<QueryInfo> queries;
+        for (int64_t pos = 1400; pos < 1437; ++pos) queries.push_back({&f.seqs[0], pos + 1});
+        for (int64_t pos = 30; pos < 47; ++pos) queries.push_back({&f.seqs[1], pos + 1});
+        worst_over_runs(*f.cache, 1, p, queries, 47);
+        // A verify block alone (few blocks: split-KV cuts its keys).
+        std::vector<QueryInfo> verify;
+        for (int64_t pos = 1483; pos < 1500; ++pos) verify.push_back({&f.seqs[0], pos + 1});
+        worst_over_runs(*f.cache, 0, p, verify, 53);
+      }
+    }
+  }
+}
+
 // A non-causal block (Gemma 3's image tokens) on a sliding-window layer:
 // each query of the block sees every key of the block, later ones included,
 // while its window still counts back from its own position. Such a window
