@@ -206,7 +206,7 @@ void run_one(const Run& R, int64_t item, int thread) {
   it.layer = R.layer;
   it.head_begin = u.head_begin;
   it.head_end = u.head_end;
-  it.pages = qi->pages->pages.data();
+  it.pages = R.cache->page_ids(*qi->pages, R.layer);
   it.queries = qi;
   it.n_queries = u.n_queries;
   it.group = R.group;

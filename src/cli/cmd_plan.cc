@@ -176,8 +176,10 @@ Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) 
   SUSTAIN_ASSIGN_OR_RETURN(in.v_type, kv_type(a.cache_type_v, "--cache-type-v"));
   in.n_ctx = a.ctx;
   in.n_parallel = a.parallel;
-  // As the engine keeps them: 4 recurrent-state snapshots per sequence by default.
-  if (in.arch.is_hybrid())
+  // As the engine keeps them: 4 recurrent-state (or sliding-window)
+  // snapshots per sequence by default.
+  in.batch = std::min(a.batch, a.ctx);
+  if (in.arch.is_hybrid() || in.arch.sliding_window > 0)
     in.state_snapshots = a.state_snapshots >= 0 ? a.state_snapshots : 4 * a.parallel;
   if (!a.extra_bytes.empty()) {
     // Bytes of a file not given (a vision projector, say), placed as one.

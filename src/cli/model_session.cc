@@ -76,9 +76,10 @@ Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_ca
   if (!with_cache) return s;
   SUSTAIN_ASSIGN_OR_RETURN(QType kt, kv_type(a.cache_type_k, "--cache-type-k"));
   SUSTAIN_ASSIGN_OR_RETURN(QType vt, kv_type(a.cache_type_v, "--cache-type-v"));
-  const kv::KvGeometry g = ranks && ranks->split()
-                               ? s->model->stage_kv_geometry(ranks->stage, kt, vt)
-                               : s->model->kv_geometry(kt, vt);
+  kv::KvGeometry g = ranks && ranks->split() ? s->model->stage_kv_geometry(ranks->stage, kt, vt)
+                                              : s->model->kv_geometry(kt, vt);
+  // One sequence, fed in chunks of -b tokens (or a verify block).
+  g.window_step = static_cast<int32_t>(std::min<int64_t>(a.ctx, std::max<int64_t>(a.batch, 32)));
   SUSTAIN_ASSIGN_OR_RETURN(int64_t budget, kv_budget_bytes(a));
   if (budget > 0 && g.page_bytes() > 0) {  // a stage of DeltaNet blocks only has no KV
     const int64_t fit = budget / static_cast<int64_t>(g.page_bytes()) * g.page_tokens;

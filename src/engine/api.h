@@ -67,7 +67,7 @@ struct EngineConfig {
   // state each; least recently used replaced), taken during prefill every
   // state_snapshot_interval tokens and at the prompt's last page boundary.
   // -1 = 4 × n_parallel. A cached prefix resumes from its deepest snapshot.
-  int32_t state_snapshots = -1;
+  int32_t state_snapshots = -1;  // also the sliding-window snapshots (prefix_snapshots)
   int32_t state_snapshot_interval = 1024;  // tokens, rounded up to whole pages
   // Requests waiting for a sequence slot beyond this are rejected
   // (kUnavailable); one that finds a free slot never is, so 0 admits only
@@ -95,6 +95,13 @@ struct EngineConfig {
   // measurements: an oracle of known continuations). Shared by all sequences.
   std::shared_ptr<spec::Proposer> extra_proposer;
 };
+
+// Snapshots the prefix cache keeps, of a hybrid model's recurrent state or
+// of a sliding-window model's window (its pages): state_snapshots, or 4 per
+// sequence.
+inline int32_t prefix_snapshots(const EngineConfig& c) {
+  return c.state_snapshots >= 0 ? c.state_snapshots : 4 * c.n_parallel;
+}
 
 // Why a request ended.
 enum class Finish {

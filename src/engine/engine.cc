@@ -53,7 +53,13 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   const int slots = c.n_parallel * (spec_on ? 2 : 1);
   kv::KvGeometry g = e->model_->kv_geometry(c.k_type, c.v_type, c.page_tokens, slots);
   g.tiled = c.kv_tiled;
-  SUSTAIN_TRY(kv::validate(g));
+  // Sliding-window layers: each sequence reserves at most a step's tokens
+  // (a prefill chunk, or a verify block) at a time; the prefix cache keeps
+  // its window snapshots beside them (PrefixCache::save_state).
+  g.window_seqs = c.n_parallel;
+  g.window_step = static_cast<int32_t>(
+      std::min<int64_t>(std::max<int64_t>(c.batch_tokens, int64_t{c.spec.draft_max} + 1), c.n_ctx));
+  g.window_snapshots = c.prefix_cache ? prefix_snapshots(c) : 0;
   int64_t pool_tokens = c.kv_tokens > 0 ? c.kv_tokens : c.n_ctx * c.n_parallel;
   if (c.kv_budget_bytes > 0) {
     const int64_t pages = c.kv_budget_bytes / static_cast<int64_t>(g.page_bytes());

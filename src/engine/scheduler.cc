@@ -69,6 +69,7 @@ Expected<std::unique_ptr<spec::DraftModelProposer>> load_draft_model(Engine& e,
   o.v_type = c.spec.draft_v_type;
   o.page_tokens = g.page_tokens;
   o.pool_tokens = pool_tokens + int64_t{c.n_parallel} * (c.spec.draft_max + g.page_tokens);
+  o.n_seqs = c.n_parallel;
   o.ubatch_tokens = std::min(c.batch_tokens, c.ubatch_tokens);
   o.p_min = c.spec.draft_p_min;
   auto d = spec::DraftModelProposer::create(std::move(*m), o, pool);
@@ -86,8 +87,7 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
   s->cache.emplace(std::move(cache));
   if (c.prefix_cache) {
     // Hybrid models resume a cached prefix from a recurrent-state snapshot.
-    const int32_t snaps = c.state_snapshots >= 0 ? c.state_snapshots : 4 * c.n_parallel;
-    s->prefix = std::make_unique<kv::PrefixCache>(*s->cache, snaps);
+    s->prefix = std::make_unique<kv::PrefixCache>(*s->cache, prefix_snapshots(c));
   }
   s->pool = std::make_unique<ThreadPool>(c.n_threads > 0 ? c.n_threads
                                                          : ThreadPool::hardware_threads());
@@ -363,13 +363,19 @@ size_t Scheduler::admit_pick() const {
 }
 
 int64_t Scheduler::next_snapshot(const Seq& s) const {
-  if (!prefix || prefix->snapshot_pool().n_slots() == 0) return 0;
+  if (!prefix || !prefix->needs_snapshot() || prefix->snapshot_capacity() == 0) return 0;
   const int64_t pt = cache->geometry().page_tokens;
   const int64_t last = (s.n_prompt - 1) / pt * pt;  // the prompt's last whole page
   if (s.n_computed >= last) return 0;
   const int64_t iv =
       std::max<int64_t>(1, (int64_t{cfg().state_snapshot_interval} + pt - 1) / pt) * pt;
-  return std::min(last, (s.n_computed / iv + 1) * iv);
+  int64_t next = std::min(last, (s.n_computed / iv + 1) * iv);
+  // And the last page boundary before each image: prompts that share text
+  // and differ in an image resume there.
+  if (const MediaPrompt* m = s.st->req.media.get())
+    for (const MediaPrompt::Image& im : m->images)
+      if (const int64_t b = im.begin / pt * pt; b > s.n_computed && b < next) next = b;
+  return next;
 }
 
 void Scheduler::forget_drafts(const Seq& s) {
@@ -859,8 +865,13 @@ bool Scheduler::step() {
       }
       if (backups[i] >= 0) cache->states().free(backups[i]);
       s->n_computed += s->step_tokens;
-      if (s->snapshot_at > 0 && s->n_computed == s->snapshot_at) {
-        if (prefix->save_state(s->table, s->tokens, s->snapshot_at)) ++st.state_snapshots_saved;
+      if (s->snapshot_at > 0 && s->n_computed >= s->snapshot_at) {
+        // A hybrid's state stands only where the chunk ended (the snapshot
+        // point, unless an image carried the chunk past it); a window's
+        // pages serve the last page boundary they reach.
+        const int64_t pt = cache->geometry().page_tokens;
+        const int64_t at = cache->has_state() ? s->n_computed : s->n_computed / pt * pt;
+        if (prefix->save_state(s->table, s->tokens, at)) ++st.state_snapshots_saved;
         s->snapshot_at = next_snapshot(*s);
       }
       const bool completes = s->n_computed == static_cast<int64_t>(s->tokens.size());

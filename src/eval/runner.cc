@@ -23,6 +23,7 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& op
   SUSTAIN_ASSIGN_OR_RETURN(r->model_, Model::load(opt.model));
   kv::KvGeometry g = r->model_->kv_geometry(kt, vt);
   g.tiled = opt.kv_tiled;
+  g.window_step = static_cast<int32_t>(std::min<int64_t>(opt.ctx, opt.batch));
   auto cache = kv::KvCache::create(g, opt.ctx);
   if (!cache)
     return cache.status().with_context(fmt::format("{} with K {} / V {}", opt.model, opt.cache_k, opt.cache_v));

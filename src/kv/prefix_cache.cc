@@ -9,13 +9,25 @@ PrefixCache::PrefixCache(KvCache& cache, int32_t state_snapshots) : cache_(cache
   if (cache.has_state() && state_snapshots > 0) {
     auto pool = StatePool::create(cache.geometry().state, state_snapshots);
     if (pool) snaps_ = std::move(pool).value();  // no memory: prefix reuse is off for hybrids
+    max_snapshots_ = snaps_.n_slots();
+  } else if (cache.n_window_pages() > 0) {
+    // The window pool was sized for the snapshots (KvGeometry::window_snapshots).
+    max_snapshots_ = std::min(std::max(0, state_snapshots), cache.geometry().window_snapshots);
   }
 }
 
+bool PrefixCache::needs_snapshot() const {
+  return cache_.has_state() || cache_.n_window_pages() > 0;
+}
+
 void PrefixCache::drop_snapshot(Entry& e) {
-  if (e.snapshot < 0) return;
-  snaps_.free(e.snapshot);
+  if (!e.has_snapshot) return;
+  if (e.snapshot >= 0) snaps_.free(e.snapshot);
+  for (int32_t p : e.window_pages)
+    if (p >= 0) cache_.unref_window(p);
+  e.window_pages.clear();
   e.snapshot = -1;
+  e.has_snapshot = false;
   --n_snapshots_;
 }
 
@@ -66,15 +78,27 @@ int64_t PrefixCache::attach(PageTable& t, std::span<const int32_t> tokens, int64
     path.push_back(key);
     parent = key;
   }
-  if (cache_.has_state()) {
-    while (!path.empty() && map_[path.back()].snapshot < 0) path.pop_back();
+  if (needs_snapshot()) {
+    while (!path.empty() && !map_[path.back()].has_snapshot) path.pop_back();
     if (path.empty()) return 0;
-    if (t.state < 0) t.state = cache_.states().alloc();
-    if (t.state < 0) return 0;
     Entry& last = map_[path.back()];
-    std::copy_n(snaps_.slot_data(last.snapshot), snaps_.slot_floats(),
-                cache_.states().slot_data(t.state));
-    cache_.states().set_pos(t.state, static_cast<int64_t>(path.size()) * pt);
+    if (cache_.has_state()) {
+      if (t.state < 0) t.state = cache_.states().alloc();
+      if (t.state < 0) return 0;
+      std::copy_n(snaps_.slot_data(last.snapshot), snaps_.slot_floats(),
+                  cache_.states().slot_data(t.state));
+      cache_.states().set_pos(t.state, static_cast<int64_t>(path.size()) * pt);
+    }
+    if (cache_.n_window_pages() > 0) {
+      // The window's pages before the prefix's end, shared; those before
+      // them are not held (-1).
+      t.window_pages = last.window_pages;
+      t.window_from = 0;
+      while (t.window_from < int64_t(t.window_pages.size()) && t.window_pages[size_t(t.window_from)] < 0)
+        ++t.window_from;
+      for (int32_t p : t.window_pages)
+        if (p >= 0) cache_.retain_window(p);
+    }
     last.snapshot_use = now;
   }
   for (uint64_t key : path) {
@@ -89,10 +113,19 @@ int64_t PrefixCache::attach(PageTable& t, std::span<const int32_t> tokens, int64
 
 bool PrefixCache::save_state(const PageTable& t, std::span<const int32_t> tokens,
                              int64_t n_computed) {
-  const int pt = cache_.geometry().page_tokens;
-  if (snaps_.n_slots() == 0 || t.state < 0 || n_computed <= 0 || n_computed % pt != 0 ||
-      cache_.states().pos(t.state) != n_computed || n_computed > t.n_tokens ||
-      n_computed > static_cast<int64_t>(tokens.size()))
+  const KvGeometry& g = cache_.geometry();
+  const int pt = g.page_tokens;
+  if (max_snapshots_ == 0 || n_computed <= 0 || n_computed % pt != 0 ||
+      n_computed > t.n_tokens || n_computed > static_cast<int64_t>(tokens.size()))
+    return false;
+  if (cache_.has_state() && (t.state < 0 || cache_.states().pos(t.state) != n_computed))
+    return false;
+  // Sliding window: the pages of the window before n_computed (what the
+  // next query reads) must still be held.
+  const int64_t n_pages = n_computed / pt;
+  const int64_t w_first = std::max<int64_t>(0, n_computed - g.window + 1) / pt;
+  if (cache_.n_window_pages() > 0 &&
+      (w_first < t.window_from || int64_t(t.window_pages.size()) < n_pages))
     return false;
   insert(t, tokens, n_computed);
   // The entry of the last page of the prefix (absent after a hash collision).
@@ -106,23 +139,34 @@ bool PrefixCache::save_state(const PageTable& t, std::span<const int32_t> tokens
   }
   if (!last) return false;
   const uint64_t now = ++clock_;
-  if (last->snapshot < 0) {
-    int32_t slot = snaps_.alloc();
-    if (slot < 0) {
+  if (!last->has_snapshot) {
+    if (n_snapshots_ >= max_snapshots_) {
       // Replace the least recently used snapshot.
       Entry* oldest = nullptr;
       for (auto& [k, e] : map_)
-        if (e.snapshot >= 0 && (!oldest || e.snapshot_use < oldest->snapshot_use)) oldest = &e;
+        if (e.has_snapshot && (!oldest || e.snapshot_use < oldest->snapshot_use)) oldest = &e;
       if (!oldest) return false;
       drop_snapshot(*oldest);
-      slot = snaps_.alloc();
     }
-    last->snapshot = slot;
+    if (cache_.has_state()) {
+      last->snapshot = snaps_.alloc();
+      if (last->snapshot < 0) return false;
+    }
+    if (cache_.n_window_pages() > 0) {
+      last->window_pages.assign(size_t(n_pages), -1);
+      for (int64_t i = w_first; i < n_pages; ++i) {
+        last->window_pages[size_t(i)] = t.window_pages[size_t(i)];
+        cache_.retain_window(t.window_pages[size_t(i)]);
+      }
+    }
+    last->has_snapshot = true;
     ++n_snapshots_;
   }
-  std::copy_n(cache_.states().slot_data(t.state), snaps_.slot_floats(),
-              snaps_.slot_data(last->snapshot));
-  snaps_.set_pos(last->snapshot, n_computed);
+  if (cache_.has_state()) {
+    std::copy_n(cache_.states().slot_data(t.state), snaps_.slot_floats(),
+                snaps_.slot_data(last->snapshot));
+    snaps_.set_pos(last->snapshot, n_computed);
+  }
   last->snapshot_use = now;
   return true;
 }

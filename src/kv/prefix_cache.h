@@ -15,6 +15,11 @@
 // pool of its own with a fixed number of slots, least recently used
 // replaced), and attach() resumes only as deep as the deepest snapshot on
 // the matched path, copying it into the sequence's own state slot.
+//
+// Sliding-window models the same way: the window layers' pages before a
+// page boundary are all a sequence needs of them to go on from there, so a
+// snapshot holds those pages (shared, ref-counted, not copied), and the
+// window pool is sized for the snapshots (KvGeometry::window_snapshots).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +54,11 @@ class PrefixCache {
   // state elsewhere, no page or snapshot slot).
   bool save_state(const PageTable& t, std::span<const int32_t> tokens, int64_t n_computed);
   int32_t snapshots() const { return n_snapshots_; }
+  // Snapshots it may keep (0: a model that needs them cannot resume).
+  int32_t snapshot_capacity() const { return max_snapshots_; }
+  // Whether a prefix resumes only where a snapshot was saved: hybrid
+  // models (recurrent state) and sliding-window models (the window's pages).
+  bool needs_snapshot() const;
   const StatePool& snapshot_pool() const { return snaps_; }
 
   // Indexes the full pages of `t`, whose first n_computed positions hold the
@@ -76,7 +86,11 @@ class PrefixCache {
     int32_t depth = 0;            // page index in the sequence
     uint64_t last_use = 0;
     std::vector<int32_t> tokens;  // this page's tokens, to rule out hash collisions
+    bool has_snapshot = false;    // attach() may resume after this page
     int32_t snapshot = -1;        // recurrent state after this page (hybrid models)
+    // Sliding-window models: the window pool's pages of every page up to
+    // this one, -1 for those the window after it does not reach.
+    std::vector<int32_t> window_pages;
     uint64_t snapshot_use = 0;
   };
   void drop_snapshot(Entry& e);
@@ -88,6 +102,7 @@ class PrefixCache {
   uint64_t clock_ = 0;
   StatePool snaps_;
   int32_t n_snapshots_ = 0;
+  int32_t max_snapshots_ = 0;
 };
 
 }  // namespace sustain::kv

@@ -231,6 +231,15 @@ kv::KvGeometry Model::kv_geometry(QType k_type, QType v_type, int page_tokens,
   g.k_type = k_type;
   g.v_type = v_type;
   g.page_tokens = page_tokens;
+  // Sliding-window blocks keep their K/V in the window pool; the caller
+  // sizes it (window_seqs, window_step, window_snapshots).
+  if (cfg_.sliding_window > 0) {
+    g.window = static_cast<int32_t>(cfg_.sliding_window);
+    g.window_layers.assign(size_t(g.n_layer), 0);
+    for (uint32_t l = 0; l < cfg_.n_main_layer(); ++l)
+      if (const int k = cfg_.kv_layer(l); k >= 0 && cfg_.is_sliding(l))
+        g.window_layers[size_t(k)] = 1;
+  }
   return g;
 }
 
@@ -403,6 +412,9 @@ kv::KvGeometry Model::stage_kv_geometry(PipelineStage& stage, QType k_type, QTyp
   }
   stage.kv_layer_begin = before;
   g.n_layer = own;
+  if (!g.window_layers.empty())
+    g.window_layers = std::vector<uint8_t>(g.window_layers.begin() + before,
+                                           g.window_layers.begin() + before + own);
   // A hybrid stage keeps the recurrent state of its own DeltaNet blocks only.
   g.state.n_layer = own_state;
   if (own_state == 0) g.state = {};

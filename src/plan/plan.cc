@@ -36,6 +36,8 @@ struct Layout {
   std::vector<TensorShard> shards;  // a dense model's tensor split
   size_t logits_dev = 0;
   int64_t state_snapshots = 0;     // state slots beyond those of the sequences
+  int64_t window_seq_tokens = 0;       // sliding-window pool: tokens per sequence at most
+  int64_t window_snapshot_tokens = 0;  // and of every prefix-cache snapshot
   int64_t state_per_sequence = 1;  // 2 with speculation (the state before a verify step)
   int64_t logits_rows = 1;         // logits rows per sequence (1 + draft_max with speculation)
 };
@@ -256,12 +258,16 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
     u.kv_heads = static_cast<int>(!shards.empty() ? shards[d].n_kv_cached()
                                   : row           ? hb[d + 1] - hb[d]
                                                   : c.n_head_kv);
-    uint64_t kv_layers = 0, state_layers = 0;
+    uint64_t kv_layers = 0, window_layers = 0, state_layers = 0;
     for (int il = u.layer_begin; il < u.layer_end; ++il) {
-      kv_layers += c.kv_layer(static_cast<uint32_t>(il)) >= 0;
-      state_layers += c.is_recurrent(static_cast<uint32_t>(il));
+      const auto l = static_cast<uint32_t>(il);
+      const bool kv = c.kv_layer(l) >= 0 && l < c.n_main_layer();
+      kv_layers += kv && !c.is_sliding(l);
+      window_layers += kv && c.is_sliding(l);
+      state_layers += c.is_recurrent(l);
     }
     u.kv_bytes_per_token = kv_layers * uint64_t(u.kv_heads) * kv_row;
+    u.window_bytes_per_token = window_layers * uint64_t(u.kv_heads) * kv_row;
     if (c.is_hybrid()) {
       // Conv rows stay whole on device 0 under a tensor split (they are small).
       const uint64_t heads = row ? static_cast<uint64_t>(vb[d + 1] - vb[d]) : c.ssm_n_v_heads;
@@ -365,6 +371,10 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   p.projector_scratch_bytes = in.projector_scratch_bytes;
   L.dev[0].scratch += in.projector_scratch_bytes;
   L.state_snapshots = in.state_snapshots;
+  if (g.windowed()) {
+    L.window_seq_tokens = g.window_pages_per_seq() * g.page_tokens;
+    L.window_snapshot_tokens = int64_t{g.window_snapshots} * g.window_pages_per_snapshot() * g.page_tokens;
+  }
   L.state_per_sequence = in.spec.on ? 2 : 1;
   L.logits_rows = in.spec.on ? 1 + in.spec.draft_max : 1;
   L.logits_dev = row ? 0 : last;
@@ -406,7 +416,9 @@ u128 fixed_bytes(const Layout& L, size_t d, const ArchConfig& c, int64_t n_seq) 
   const DeviceUse& u = L.dev[d];
   return u128(u.weights) + u.scratch + u.host + u.spec +
          (d == L.logits_dev ? logits_bytes(c, n_seq, L.logits_rows) : 0) +
-         u128(u.state_per_sequence) * u128(n_seq * L.state_per_sequence + L.state_snapshots);
+         u128(u.state_per_sequence) * u128(n_seq * L.state_per_sequence + L.state_snapshots) +
+         // The sliding-window pool at its largest for n_seq sequences.
+         u128(u.window_bytes_per_token) * u128(n_seq * L.window_seq_tokens + L.window_snapshot_tokens);
 }
 
 // The most KV pages every device can hold beside its fixed bytes with
@@ -445,7 +457,13 @@ void speed_curve(const PlanInput& in, const Layout& L, Plan& p) {
     uint64_t total = 0;
     for (const DeviceUse& u : L.dev) {
       // A hybrid's state is read and written once per step and sequence.
+      // A sliding-window layer reads at most its window per sequence.
+      const int64_t window_tokens =
+          std::min<int64_t>(tokens_per_device_step / std::max<int64_t>(1, seqs_per_step),
+                            int64_t{in.arch.sliding_window}) *
+          seqs_per_step;
       const uint64_t b = u.step_weights + u.kv_bytes_per_token * uint64_t(tokens_per_device_step) +
+                         u.window_bytes_per_token * uint64_t(window_tokens) +
                          2 * u.state_per_sequence * uint64_t(seqs_per_step);
       total += b;
       const double s = static_cast<double>(b) / (u.bandwidth_gbps * 1e9);
@@ -548,6 +566,21 @@ Expected<Plan> make_plan(const PlanInput& in) {
   g.k_type = in.k_type;
   g.v_type = in.v_type;
   g.page_tokens = in.page_tokens;
+  // Sliding-window layers in a pool of their own, sized as the engine sizes
+  // it (engine.cc): n_parallel sequences that each add at most a step's
+  // tokens at once, plus the prefix cache's window snapshots.
+  if (in.arch.sliding_window > 0) {
+    g.window = static_cast<int32_t>(in.arch.sliding_window);
+    g.window_layers.assign(size_t(g.n_layer), 0);
+    for (uint32_t l = 0; l < in.arch.n_main_layer(); ++l)
+      if (const int k = in.arch.kv_layer(l); k >= 0 && in.arch.is_sliding(l))
+        g.window_layers[size_t(k)] = 1;
+    g.window_seqs = in.n_parallel;
+    g.window_step = static_cast<int32_t>(std::min<int64_t>(
+        std::max<int64_t>(in.batch, int64_t{in.spec.on ? in.spec.draft_max : 0} + 1), in.n_ctx));
+    g.window_snapshots = in.state_snapshots;
+    p.window_layers = g.n_window_layers();
+  }
   SUSTAIN_TRY(kv::validate(g));
   p.kv_bytes_per_token = g.bytes_per_token();
   p.kv_page_bytes = g.page_bytes();
@@ -572,7 +605,10 @@ Expected<Plan> make_plan(const PlanInput& in) {
   if (!kv_bytes)
     return error(Code::kInvalidArgument, "the KV pool of {} pages of {} bytes overflows",
                  p.kv_pages, p.kv_page_bytes);
-  p.kv_bytes = *kv_bytes;
+  p.window_pages = g.window_pool_pages(p.kv_tokens);
+  p.window_page_bytes = g.window_page_bytes();
+  p.window_bytes = g.window_pool_bytes(p.kv_tokens);
+  p.kv_bytes = *kv_bytes + p.window_bytes;
   p.logits_bytes = logits_bytes(in.arch, in.n_parallel, L.logits_rows);
   if (in.spec.on && in.spec.pool_geometry.n_layer > 0) {
     // The engine sizes the mirror pool from the tokens it asked of the
@@ -595,7 +631,8 @@ Expected<Plan> make_plan(const PlanInput& in) {
   p.total_bytes = p.split ? p.host_bytes : 0;
   for (size_t d = 0; d < L.dev.size(); ++d) {
     DeviceUse& u = L.dev[d];
-    u.kv = static_cast<uint64_t>(p.kv_tokens) * u.kv_bytes_per_token;
+    u.kv = static_cast<uint64_t>(p.kv_tokens) * u.kv_bytes_per_token +
+           static_cast<uint64_t>(p.window_pages * g.page_tokens) * u.window_bytes_per_token;
     u.state = u.state_per_sequence * static_cast<uint64_t>(p.state_slots);
     u.logits = d == L.logits_dev ? p.logits_bytes : 0;
     const u128 total = u128(u.weights) + u.kv + u.state + u.scratch + u.logits + u.host + u.spec;

@@ -84,6 +84,7 @@ struct PlanInput {
   int n_parallel = 1;           // sequences at once
   int64_t kv_budget_bytes = 0;  // > 0: the pool is floor(budget / page_bytes) pages instead
   int64_t ubatch = 512;         // tokens computed at once (workspace rows)
+  int64_t batch = 512;          // tokens a sequence adds in one step at most (the engine's -b)
   // Hybrid models: recurrent-state snapshots kept for prefix reuse, beside
   // the one state per running sequence.
   int state_snapshots = 0;
@@ -125,7 +126,8 @@ struct DeviceUse {
   uint64_t weights = 0;               // every weight placed here (incl. projector / MTP)
   uint64_t step_weights = 0;          // of those, read by each decode step
   uint64_t kv = 0;                    // this device's share of the KV pool
-  uint64_t kv_bytes_per_token = 0;
+  uint64_t kv_bytes_per_token = 0;     // the main pool's (sliding-window layers apart)
+  uint64_t window_bytes_per_token = 0; // the sliding-window layers' (their own pool)
   // Hybrid models: the recurrent state of this device's DeltaNet layers, per
   // sequence, and for every state slot (sequences + snapshots).
   uint64_t state_per_sequence = 0;
@@ -161,6 +163,11 @@ struct Plan {
   // KV pool, exactly as KvCache::create allocates it.
   uint64_t kv_bytes_per_token = 0, kv_page_bytes = 0;
   int64_t kv_pages = 0, kv_tokens = 0;  // kv_tokens = pages × page_tokens
+  // Sliding-window layers (KvGeometry::window_layers): their pool's pages
+  // and bytes; kv_bytes counts both pools.
+  int window_layers = 0;
+  int64_t window_pages = 0;
+  uint64_t window_page_bytes = 0, window_bytes = 0;
   uint64_t kv_bytes = 0;
   // Recurrent state (hybrid models), exactly as KvCache::create allocates it:
   // state_slots slots of state_bytes_per_sequence.

@@ -65,6 +65,13 @@ nlohmann::ordered_json to_json(const PlanInput& in, const Plan& p, const std::st
   j["kv_tokens"] = p.kv_tokens;
   j["kv_bytes"] = p.kv_bytes;
   j["kv_layers"] = p.kv_layers;
+  j["window"] = p.window_layers > 0 ? J{{"window", in.arch.sliding_window},
+                                        {"layers", p.window_layers},
+                                        {"pages", p.window_pages},
+                                        {"page_bytes", p.window_page_bytes},
+                                        {"bytes", p.window_bytes},
+                                        {"snapshots", in.state_snapshots}}
+                                     : J();
   j["state"] = {{"bytes_per_sequence", p.state_bytes_per_sequence},
                 {"slots", p.state_slots},
                 {"snapshots", in.state_snapshots},
@@ -94,6 +101,7 @@ nlohmann::ordered_json to_json(const PlanInput& in, const Plan& p, const std::st
                     {"weights_bytes", u.weights},
                     {"kv_bytes", u.kv},
                     {"kv_bytes_per_token", u.kv_bytes_per_token},
+                    {"window_bytes_per_token", u.window_bytes_per_token},
                     {"state_bytes", u.state},
                     {"scratch_bytes", u.scratch},
                     {"logits_bytes", u.logits},
@@ -164,6 +172,14 @@ std::string to_text(const PlanInput& in, const Plan& p, const std::string& sourc
   if (c.is_hybrid())
     line(fmt::format("  KV layers   {:>12}  (of {} blocks: the others are Gated DeltaNet or MTP)",
                      p.kv_layers, c.n_layer));
+  if (p.window_layers > 0)
+    line(fmt::format(
+        "    of which {:>10}  the {} sliding-window layers' own pool (window {} tokens): {} pages, "
+        "{} a sequence × {} + {} a prefix snapshot × {}; the {} B/token are the {} global "
+        "layers'",
+        format_bytes(p.window_bytes), p.window_layers, c.sliding_window, p.window_pages,
+        p.geometry.window_pages_per_seq(), in.n_parallel, p.geometry.window_pages_per_snapshot(),
+        in.state_snapshots, p.kv_bytes_per_token, p.kv_layers - p.window_layers));
   if (p.state_slots > 0)
     line(fmt::format(
         "  state       {:>12}  (recurrent, {} per sequence × {} slots: {} sequences + {} "

@@ -18,6 +18,10 @@ Expected<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(
     return error(Code::kInvalidArgument, "draft model: pool and ubatch tokens must be > 0");
   std::unique_ptr<DraftModelProposer> p(new DraftModelProposer(std::move(model), o, pool));
   kv::KvGeometry g = p->model_->kv_geometry(o.k_type, o.v_type, o.page_tokens, 1);
+  // A sequence's first draft reserves its whole text at once: a window
+  // pool as large as the main one.
+  g.window_seqs = std::max(1, o.n_seqs);
+  g.window_step = static_cast<int32_t>(std::min<int64_t>(o.pool_tokens, INT32_MAX / 2));
   SUSTAIN_TRY(kv::validate(g));
   auto cache = kv::KvCache::create(g, o.pool_tokens);
   if (!cache)
@@ -101,6 +105,9 @@ void DraftModelProposer::propose_batch(std::span<Job> jobs) {
                     .first -
                 s.computed.begin();
     c = std::min(c, n - 1);
+    // A sliding-window model cannot go back past the window it still holds:
+    // start over.
+    if (!cache_->can_truncate(s.table, c)) c = 0;
     cache_->truncate(s.table, c);
     s.computed.resize(static_cast<size_t>(c));
     // Room for the tail and k - 1 drafted tokens fed back.

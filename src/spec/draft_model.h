@@ -36,6 +36,7 @@ struct DraftModelOptions {
   QType k_type = QType::F16, v_type = QType::F16;
   int page_tokens = 32;
   int64_t pool_tokens = 0;    // KV tokens over all sequences (> 0)
+  int n_seqs = 1;             // sequences drafted for at once (sizes a sliding-window pool)
   int64_t ubatch_tokens = 512;
   float p_min = 0.0f;         // stop drafting below this top probability (temperature 1)
 };
