@@ -196,6 +196,7 @@ json kv_conditions(const engine::Engine& e) {
           {"v_type", std::string(qtype_name(ec.v_type))},
           {"page_tokens", ec.page_tokens},
           {"kv_layout", ec.kv_tiled ? "tiled" : "rows"},
+          {"swa_full", ec.swa_full},
           {"bytes_per_token", g.bytes_per_token()},
           {"pool_bytes", e.kv_bytes()},
           {"pool_tokens", e.kv_capacity_tokens()}};

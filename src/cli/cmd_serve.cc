@@ -43,6 +43,7 @@ struct ServeArgs {
   int page_tokens = 32;
   std::string kv_layout = "tiled";
   bool no_prefix_cache = false;
+  bool swa_full = false;
   int32_t state_snapshots = -1;
   SpecArgs spec;
   ServingArgs serving;
@@ -81,6 +82,7 @@ int run_serve(const ServeArgs& a) {
   ec.batch_tokens = a.m.batch;
   ec.ubatch_tokens = a.m.ubatch;
   ec.prefix_cache = !a.no_prefix_cache;
+  ec.swa_full = a.swa_full;
   ec.state_snapshots = a.state_snapshots;
   auto spec = spec_config(a.spec);
   if (!spec) return fail("serve: " + spec.status().message());
@@ -271,6 +273,9 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   add_kv_layout_flag(sub, a->kv_layout, "--kv-layout");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "do not share prompt prefixes");
+  sub->add_flag("--swa-full", a->swa_full,
+                "sliding-window models (Gemma 3): keep the window layers' K/V for the whole "
+                "context, as the global layers' (by default they keep only their windows)");
   add_spec_flags(sub, a->spec);
   add_serving_flags(sub, a->serving);
   sub->add_option("--state-snapshots", a->state_snapshots,

@@ -63,6 +63,10 @@ struct EngineConfig {
   int64_t batch_tokens = 512;   // tokens per step (decode + prefill chunks), llama.cpp's -b
   int64_t ubatch_tokens = 512;  // tokens computed at once (workspace size), llama.cpp's -ub
   bool prefix_cache = true;     // share page-aligned prompt prefixes between requests
+  // Sliding-window models: keep the window layers' K/V for the whole
+  // context in the main pool (llama.cpp's --swa-full) instead of a pool of
+  // their own that holds only the windows.
+  bool swa_full = false;
   // Hybrid models: recurrent-state snapshots the prefix cache keeps (one
   // state each; least recently used replaced), taken during prefill every
   // state_snapshot_interval tokens and at the prompt's last page boundary.
@@ -205,6 +209,9 @@ struct EngineStats {
   // used: held by requests; cached: held only by the prefix cache (free to
   // evict); the rest are free.
   int32_t kv_pages_total = 0, kv_pages_used = 0, kv_pages_cached = 0;
+  // Sliding-window models: the window layers' own pool (0 otherwise); in
+  // use counts pages running sequences and prefix snapshots hold.
+  int32_t kv_window_pages_total = 0, kv_window_pages_used = 0;
   int page_tokens = 0;
   uint64_t requests_submitted = 0, requests_finished = 0, requests_rejected = 0, requests_cancelled = 0;
   uint64_t prompt_tokens = 0;         // prompt tokens admitted

@@ -56,6 +56,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   // Sliding-window layers: each sequence reserves at most a step's tokens
   // (a prefill chunk, or a verify block) at a time; the prefix cache keeps
   // its window snapshots beside them (PrefixCache::save_state).
+  if (c.swa_full) g.window_layers.clear();
   g.window_seqs = c.n_parallel;
   g.window_step = static_cast<int32_t>(
       std::min<int64_t>(std::max<int64_t>(c.batch_tokens, int64_t{c.spec.draft_max} + 1), c.n_ctx));

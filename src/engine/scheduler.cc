@@ -130,6 +130,7 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
   s->st.e2e = make_histogram({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600});
   s->st.step = make_histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
   s->st.kv_pages_total = s->cache->n_pages();
+  s->st.kv_window_pages_total = s->cache->n_window_pages();
   s->st.page_tokens = g.page_tokens;
   s->shared_stats = s->st;
   return s;
@@ -198,6 +199,7 @@ void Scheduler::publish_stats() {
   st.waiting = queued.load();
   st.kv_pages_cached = prefix ? prefix->evictable() : 0;
   st.kv_pages_used = cache->n_pages() - cache->n_free_pages() - st.kv_pages_cached;
+  st.kv_window_pages_used = cache->n_window_pages() - cache->n_free_window_pages();
   if (draft_model) {
     st.draft_kv_pages_used = draft_model->pages_in_use();
     st.draft_kv_bytes = draft_model->kv_bytes();

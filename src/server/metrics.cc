@@ -128,6 +128,13 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
   metric(out, "sustain_kv_pages_cached", "gauge",
          "KV pages held only by the prefix cache (evictable)", s->kv_pages_cached);
   metric(out, "sustain_kv_page_tokens", "gauge", "tokens per KV page", s->page_tokens);
+  if (s->kv_window_pages_total > 0) {
+    metric(out, "sustain_kv_window_pages_total", "gauge",
+           "pages in the sliding-window layers' own pool", s->kv_window_pages_total);
+    metric(out, "sustain_kv_window_pages_used", "gauge",
+           "sliding-window pages held by running sequences and prefix snapshots",
+           s->kv_window_pages_used);
+  }
   metric(out, "sustain_requests_submitted_total", "counter", "requests accepted by the engine",
          static_cast<double>(s->requests_submitted));
   metric(out, "sustain_requests_finished_total", "counter", "requests that ended",

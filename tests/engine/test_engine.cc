@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "bench/plan_input.h"
+#include "plan/plan.h"
 #include "engine/api.h"
 #include "test_util.h"
 #include "tools/presets.h"
@@ -217,9 +219,10 @@ TEST(Engine, PrefixReuseComputesOnlyTheNewTailWithIdenticalLogits) {
 }
 
 // The 2026 architectures on the reference files: gemma3's local blocks see
-// only the last 16 of the 4146 tokens (the window path), qwen3moe routes
-// every token to 2 of 8 experts. Both keep a KV cache on every block, so a
-// cached prefix is all they need. Their two query heads per KV head make the
+// only the last 16 of the 4146 tokens, and keep only those pages; the
+// prefix resumes from the window snapshot at the prompt's last page (4096).
+// qwen3moe routes every token to 2 of 8 experts and keeps a KV cache on
+// every block, so a cached prefix is all it needs. Their two query heads per KV head make the
 // attention kernel group rows differently for a 50-token tail than for the
 // cold run's chunks (an ulp, grown by the layers; see ForwardBatching), so
 // the logprobs agree to 1e-4, not bit for bit.
@@ -229,6 +232,72 @@ TEST(Engine, PrefixReuseOnGemma3AndQwen3Moe) {
     SCOPED_TRACE(m);
     check_prefix_reuse(test::ref_path(std::string("models/") + m + ".gguf"), 1e-4f);
   }
+}
+
+// gemma3's sliding-window blocks keep their K/V in a pool of their own,
+// sized for the sequences' windows and steps, not the context: over a
+// 3000-token prompt and 40 decoded tokens on each of 2 sequences at once
+// the greedy tokens equal those of a run that keeps every window page
+// (--swa-full), and once the requests end
+// only the prefix cache's snapshots hold window pages. With --swa-full the
+// window layers keep every page in the main pool.
+TEST(Engine, Gemma3WindowPagesGoBackAsSequencesMoveOn) {
+  SUSTAIN_REQUIRE_REF();
+  EngineConfig c = base_config();
+  c.model_path = test::ref_path("models/tiny-gemma3-f32.gguf");
+  c.n_ctx = 4096;
+  c.n_parallel = 2;
+  c.page_tokens = 16;
+  c.batch_tokens = 256;
+  auto run = [&](const EngineConfig& cfg, EngineStats* st) {
+    auto e = make(cfg);
+    std::vector<std::vector<int32_t>> out;
+    if (!e) return out;
+    std::vector<Stream> streams;
+    for (uint32_t seed : {5u, 6u}) {
+      auto s = e->submit(greedy(prompt_of(3000, seed), 40));
+      EXPECT_TRUE(s.has_value());
+      streams.push_back(std::move(*s));
+    }
+    for (auto& s : streams) {
+      const Event ev = s.wait();
+      EXPECT_EQ(ev.finish, Finish::kLength) << ev.error.message();
+      out.push_back(ids(ev));
+    }
+    *st = e->stats();
+    return out;
+  };
+  EngineStats st;
+  const auto got = run(c, &st);
+  // Window 16 before a step of up to 256 tokens: (15 + 256) / 16 → 18 pages
+  // a sequence; 8 snapshots (4 a sequence) of one page each.
+  EXPECT_EQ(st.kv_window_pages_total, 2 * 18 + 8);
+  EXPECT_EQ(st.kv_pages_total, 4096 * 2 / 16);
+  EXPECT_LE(st.kv_window_pages_used, 8);
+  EXPECT_GT(st.state_snapshots_saved, 0u);
+  // plan sizes both pools as the engine allocates them.
+  {
+    auto e = make(c);
+    ASSERT_TRUE(e);
+    plan::PlanInput in;
+    ASSERT_TRUE(bench::read_plan_file(c.model_path, in).is_ok());
+    in.n_ctx = c.n_ctx;
+    in.n_parallel = c.n_parallel;
+    in.page_tokens = c.page_tokens;
+    in.batch = c.batch_tokens;
+    in.state_snapshots = prefix_snapshots(c);
+    in.host_capacity = uint64_t{1} << 40;
+    auto p = plan::make_plan(in);
+    ASSERT_TRUE(p) << p.status().message();
+    EXPECT_EQ(p->window_pages, st.kv_window_pages_total);
+    EXPECT_EQ(static_cast<int64_t>(p->kv_bytes), e->kv_bytes());
+  }
+  EngineConfig full = c;
+  full.swa_full = true;
+  EngineStats st2;
+  const auto want = run(full, &st2);
+  EXPECT_EQ(st2.kv_window_pages_total, 0);
+  EXPECT_EQ(got, want);
 }
 
 // qwen35 (3 Gated DeltaNet blocks, 1 full attention): the pages alone cannot

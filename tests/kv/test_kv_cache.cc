@@ -291,3 +291,135 @@ TEST(KvCache, SmolLm2At262144TokensOfQ4_0IsExactlyTheFormula) {
 
 }  // namespace
 }  // namespace sustain::kv
+
+namespace sustain::kv {
+namespace {
+
+// Layers 0 and 2 of three slide over a window of 20 tokens: they live in the
+// window pool, layer 1 in the main pool.
+KvGeometry window_geometry(int32_t step) {
+  KvGeometry g = small_geometry(QType::F32, QType::F32, 4);
+  g.window = 20;
+  g.window_layers = {1, 0, 1};
+  g.window_seqs = 2;
+  g.window_step = step;
+  g.window_snapshots = 1;
+  return g;
+}
+
+float stored_k(const KvCache& c, const PageTable& t, int layer, int64_t pos) {
+  float row[4];
+  c.copy_k_row(t, layer, 1, pos, reinterpret_cast<uint8_t*>(row));
+  return row[0];
+}
+
+void store_pos(KvCache& c, const PageTable& t, int64_t pos) {
+  std::vector<float> k(8), v(8);
+  for (int l = 0; l < 3; ++l) {
+    for (size_t i = 0; i < k.size(); ++i) k[i] = v[i] = float(pos * 10 + l);
+    c.store(t, l, pos, k.data(), v.data());
+  }
+}
+
+TEST(KvWindowPool, SizesBothPoolsAsTheGeometrySays) {
+  const KvGeometry g = window_geometry(8);
+  EXPECT_EQ(g.n_window_layers(), 2);
+  EXPECT_EQ(g.bytes_per_token(), 1u * 2 * (16 + 16));  // the main pool: one layer
+  // Per sequence: the 19 keys before a step of 8 and the step: 27 tokens,
+  // at most 3 pages of 16 (2 + 1 for the alignment); a snapshot: 2 pages.
+  EXPECT_EQ(g.window_pages_per_seq(), 3);
+  EXPECT_EQ(g.window_pages_per_snapshot(), 2);
+  EXPECT_EQ(g.window_pool_pages(1000), 2 * 3 + 2);
+  // A short pool: no more than the main pool's pages plus one a sequence.
+  EXPECT_EQ(g.window_pool_pages(16), 1 + 2 + 2);
+  auto c = KvCache::create(g, 1000);
+  ASSERT_TRUE(c) << c.status().message();
+  EXPECT_EQ(c->n_pages(), 63);
+  EXPECT_EQ(c->n_window_pages(), 8);
+  EXPECT_EQ(c->bytes_allocated(), 63 * g.page_bytes() + 8 * g.window_page_bytes());
+  EXPECT_EQ(c->bytes_allocated(), g.pool_bytes(1000));
+}
+
+// Decoding on: the window pages its window no longer reaches go back; the
+// keys in the window read back what was stored, in both pools.
+TEST(KvWindowPool, PagesBehindTheWindowGoBackAsDecodingMovesOn) {
+  const KvGeometry g = window_geometry(8);
+  auto c = KvCache::create(g, 1000);
+  ASSERT_TRUE(c);
+  PageTable t;
+  ASSERT_TRUE(c->reserve(t, 8).is_ok());
+  for (int64_t p = 0; p < 8; ++p) store_pos(*c, t, p);
+  for (int64_t pos = 8; pos < 300; ++pos) {
+    ASSERT_TRUE(c->reserve(t, 1).is_ok()) << pos;
+    store_pos(*c, t, pos);
+    // The next query (at pos) reads keys pos - 19 .. pos.
+    const int64_t first = std::max<int64_t>(0, pos - 19);
+    EXPECT_EQ(t.window_from, first / 16) << pos;
+    for (int64_t k = first; k <= pos; ++k) {
+      ASSERT_EQ(stored_k(*c, t, 0, k), float(k * 10 + 0)) << pos << " " << k;
+      ASSERT_EQ(stored_k(*c, t, 2, k), float(k * 10 + 2)) << pos << " " << k;
+    }
+    // The global layer keeps every key.
+    EXPECT_EQ(stored_k(*c, t, 1, 0), 1.0f);
+    int held = 0;
+    for (int32_t wp : t.window_pages) held += wp >= 0;
+    EXPECT_LE(held, 3) << pos;
+    EXPECT_EQ(c->n_free_window_pages(), c->n_window_pages() - held) << pos;
+    EXPECT_EQ(c->page_ids(t, 0), t.window_pages.data());
+    EXPECT_EQ(c->page_ids(t, 1), t.pages.data());
+  }
+  EXPECT_EQ(t.pages.size(), 19u);
+  EXPECT_EQ(t.window_pages.size(), 19u);
+  // Rollback within the last step is allowed; past the window held, not.
+  EXPECT_TRUE(c->can_truncate(t, 299));
+  EXPECT_FALSE(c->can_truncate(t, 200));
+  EXPECT_TRUE(c->can_truncate(t, 0));
+  c->release(t);
+  EXPECT_EQ(c->n_free_window_pages(), c->n_window_pages());
+  EXPECT_EQ(c->n_free_pages(), c->n_pages());
+}
+
+// Steps larger than the pool was sized for fail with an error that names
+// the window pool and what it was sized for, leaving the table as it was.
+TEST(KvWindowPool, AStepLargerThanTheSizingIsAClearError) {
+  KvGeometry g = window_geometry(8);
+  g.window_seqs = 1;
+  g.window_snapshots = 0;
+  auto c = KvCache::create(g, 1000);
+  ASSERT_TRUE(c);
+  PageTable t;
+  ASSERT_TRUE(c->reserve(t, 8).is_ok());
+  const Status s = c->reserve(t, 100);
+  EXPECT_EQ(s.code(), Code::kOutOfMemory);
+  EXPECT_NE(s.message().find("sliding-window"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("up to 8 tokens"), std::string::npos) << s.message();
+  EXPECT_EQ(t.n_tokens, 8);
+  EXPECT_EQ(t.pages.size(), 1u);
+  c->release(t);
+}
+
+// A shared window page that a sequence writes into is copied first (copy on
+// write in both pools).
+TEST(KvWindowPool, SharedPartlyFilledWindowPageIsCopiedBeforeWriting) {
+  const KvGeometry g = window_geometry(8);
+  auto c = KvCache::create(g, 1000);
+  ASSERT_TRUE(c);
+  PageTable a;
+  ASSERT_TRUE(c->reserve(a, 8).is_ok());
+  for (int64_t p = 0; p < 8; ++p) store_pos(*c, a, p);
+  PageTable b = a;  // b shares a's pages
+  c->retain(b.pages[0]);
+  c->retain_window(b.window_pages[0]);
+  ASSERT_TRUE(c->reserve(b, 1).is_ok());
+  EXPECT_NE(b.pages[0], a.pages[0]);
+  EXPECT_NE(b.window_pages[0], a.window_pages[0]);
+  EXPECT_EQ(c->window_page_refcount(a.window_pages[0]), 1);
+  store_pos(*c, b, 8);
+  for (int64_t p = 0; p < 8; ++p) EXPECT_EQ(stored_k(*c, b, 2, p), float(p * 10 + 2));
+  c->release(a);
+  c->release(b);
+  EXPECT_EQ(c->n_free_window_pages(), c->n_window_pages());
+}
+
+}  // namespace
+}  // namespace sustain::kv

@@ -129,3 +129,102 @@ TEST(PrefixCache, TruncatingIntoASharedPageCopiesItBeforeWriting) {
 
 }  // namespace
 }  // namespace sustain::kv
+
+namespace sustain::kv {
+namespace {
+
+// Layer 1 of 2 slides over a window of 6 tokens (pages of 4).
+KvGeometry window_geometry() {
+  KvGeometry g = geometry();
+  g.window = 6;
+  g.window_layers = {0, 1};
+  g.window_seqs = 2;
+  g.window_step = 4;
+  g.window_snapshots = 2;
+  return g;
+}
+
+// Feeds tokens [t.n_tokens, to) in steps of up to 4, as the engine does.
+void feed(KvCache& c, PageTable& t, const std::vector<int32_t>& tok, int64_t to) {
+  while (t.n_tokens < to) {
+    const int64_t from = t.n_tokens, n = std::min<int64_t>(4, to - from);
+    ASSERT_TRUE(c.reserve(t, n).is_ok());
+    store_tokens(c, t, tok, from, from + n);
+  }
+}
+
+// A sliding-window prefix resumes only where a snapshot holds its window's
+// pages; the sequence that resumes reads the window's keys, and nothing
+// leaks once the sequences and the cache let go.
+TEST(PrefixCacheWindow, ResumesAtASnapshotWithTheWindowsPages) {
+  auto c = KvCache::create(window_geometry(), 64);
+  ASSERT_TRUE(c);
+  PrefixCache pc(*c, 2);
+  EXPECT_TRUE(pc.needs_snapshot());
+  EXPECT_EQ(pc.snapshot_capacity(), 2);
+  const auto a = seq(30);
+  PageTable ta;
+  feed(*c, ta, a, 20);
+  // The last step reserved 16..19, whose first query reads keys from
+  // 16 - 6 + 1 = 11: the window pages before page 2 (8..11) went back.
+  EXPECT_EQ(ta.window_from, 2);
+  EXPECT_EQ(ta.window_pages[1], -1);
+  EXPECT_GE(ta.window_pages[2], 0);
+  // Without a snapshot nothing resumes, though the pages are indexed.
+  pc.insert(ta, a, 20);
+  PageTable tb;
+  EXPECT_EQ(pc.attach(tb, a, 29), 0);
+  c->release(tb);
+  // A snapshot at 20 needs the pages of tokens 15..19: pages 3 and 4.
+  ASSERT_TRUE(pc.save_state(ta, a, 20));
+  EXPECT_EQ(pc.snapshots(), 1);
+  EXPECT_EQ(c->window_page_refcount(ta.window_pages[3]), 2);
+  EXPECT_EQ(c->window_page_refcount(ta.window_pages[4]), 2);
+  // Not at 12: its window's page 1 is gone.
+  EXPECT_FALSE(pc.save_state(ta, a, 12));
+  ASSERT_EQ(pc.attach(tb, a, 29), 20);
+  EXPECT_EQ(tb.window_from, 3);
+  ASSERT_EQ(tb.window_pages.size(), 5u);
+  EXPECT_EQ(tb.window_pages[2], -1);
+  EXPECT_EQ(tb.window_pages[3], ta.window_pages[3]);
+  // b goes on from 20: the first step's window reads the snapshot's keys
+  // 15..19, the next steps their own.
+  ASSERT_TRUE(c->reserve(tb, 4).is_ok());
+  for (int64_t p = 15; p < 20; ++p) EXPECT_EQ(k_at(*c, tb, 1, p), float(p)) << p;
+  store_tokens(*c, tb, a, 20, 24);
+  feed(*c, tb, a, 26);
+  for (int64_t p = 24 - 5; p < 26; ++p) EXPECT_EQ(k_at(*c, tb, 1, p), float(p)) << p;
+  EXPECT_EQ(k_at(*c, tb, 0, 0), 0.0f);
+  c->release(ta);
+  c->release(tb);
+  pc.clear();
+  EXPECT_EQ(c->n_free_window_pages(), c->n_window_pages());
+  EXPECT_EQ(c->n_free_pages(), c->n_pages());
+}
+
+// Snapshots beyond the capacity replace the least recently used one, whose
+// window pages go back.
+TEST(PrefixCacheWindow, SnapshotsBeyondTheCapacityReplaceTheOldest) {
+  auto c = KvCache::create(window_geometry(), 64);
+  ASSERT_TRUE(c);
+  PrefixCache pc(*c, 1);
+  const auto a = seq(12), b = seq(12, 100);
+  PageTable ta, tb;
+  feed(*c, ta, a, 8);
+  feed(*c, tb, b, 8);
+  ASSERT_TRUE(pc.save_state(ta, a, 8));
+  ASSERT_TRUE(pc.save_state(tb, b, 8));
+  EXPECT_EQ(pc.snapshots(), 1);
+  c->release(ta);
+  c->release(tb);
+  PageTable x, y;
+  EXPECT_EQ(pc.attach(x, a, 11), 0);
+  EXPECT_EQ(pc.attach(y, b, 11), 8);
+  c->release(x);
+  c->release(y);
+  pc.clear();
+  EXPECT_EQ(c->n_free_window_pages(), c->n_window_pages());
+}
+
+}  // namespace
+}  // namespace sustain::kv
