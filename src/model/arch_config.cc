@@ -32,6 +32,13 @@ int ArchConfig::kv_layer(uint32_t layer) const {
   return k;
 }
 
+std::vector<uint8_t> ArchConfig::kv_window_layers() const {
+  std::vector<uint8_t> w(n_kv_layer(), 0);
+  for (uint32_t l = 0; l < n_main_layer(); ++l)
+    if (const int k = kv_layer(l); k >= 0 && is_sliding(l)) w[size_t(k)] = 1;
+  return w;
+}
+
 const char* rope_scaling_name(RopeScaling s) {
   switch (s) {
     case RopeScaling::kNone: return "none";

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "tensor/qtype.h"
@@ -107,6 +108,8 @@ struct ArchConfig {
   // (-1 for a recurrent or MTP block).
   uint32_t n_kv_layer() const;
   int kv_layer(uint32_t layer) const;
+  // Per KV layer (kv_layer's numbering): 1 where the block is sliding-window.
+  std::vector<uint8_t> kv_window_layers() const;
   uint32_t n_recurrent_layer() const { return n_main_layer() - n_kv_layer(); }
   // DeltaNet channels: q and k of every key head, v of every value head.
   uint32_t ssm_conv_channels() const {

@@ -235,10 +235,7 @@ kv::KvGeometry Model::kv_geometry(QType k_type, QType v_type, int page_tokens,
   // sizes it (window_seqs, window_step, window_snapshots).
   if (cfg_.sliding_window > 0) {
     g.window = static_cast<int32_t>(cfg_.sliding_window);
-    g.window_layers.assign(size_t(g.n_layer), 0);
-    for (uint32_t l = 0; l < cfg_.n_main_layer(); ++l)
-      if (const int k = cfg_.kv_layer(l); k >= 0 && cfg_.is_sliding(l))
-        g.window_layers[size_t(k)] = 1;
+    g.window_layers = cfg_.kv_window_layers();
   }
   return g;
 }

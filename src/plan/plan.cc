@@ -571,10 +571,7 @@ Expected<Plan> make_plan(const PlanInput& in) {
   // tokens at once, plus the prefix cache's window snapshots.
   if (in.arch.sliding_window > 0) {
     g.window = static_cast<int32_t>(in.arch.sliding_window);
-    g.window_layers.assign(size_t(g.n_layer), 0);
-    for (uint32_t l = 0; l < in.arch.n_main_layer(); ++l)
-      if (const int k = in.arch.kv_layer(l); k >= 0 && in.arch.is_sliding(l))
-        g.window_layers[size_t(k)] = 1;
+    g.window_layers = in.arch.kv_window_layers();
     g.window_seqs = in.n_parallel;
     g.window_step = static_cast<int32_t>(std::min<int64_t>(
         std::max<int64_t>(in.batch, int64_t{in.spec.on ? in.spec.draft_max : 0} + 1), in.n_ctx));

@@ -119,6 +119,27 @@ TEST(PlanCli, DoesNotFit) {
   EXPECT_GT(j["max_ctx"].get<int64_t>(), 0);
 }
 
+// Gemma 3 27B at 128K: the 52 sliding-window layers keep their 1024-token
+// windows in a pool of their own (one sequence's window before a step of
+// 512 tokens: 49 pages of 32), the 10 global layers the whole context; each
+// prefix snapshot adds a window (32 pages). Against the dense cache of all
+// 62 layers that is about a sixth.
+TEST(PlanCli, Gemma3KeepsOnlyTheWindowsOfItsSlidingLayers) {
+  const auto j = plan_json("--preset gemma-3-27b -c 131072 --state-snapshots 0 --devices 64G");
+  const uint64_t layer_token = 16 * 128 * 2 * 2;  // 16 KV heads × 128, K and V in f16
+  ASSERT_TRUE(j["window"].is_object()) << j.dump();
+  EXPECT_EQ(j["window"]["layers"].get<int>(), 52);
+  EXPECT_EQ(j["window"]["pages"].get<int64_t>(), 49);
+  EXPECT_EQ(j["kv_bytes_per_token"].get<uint64_t>(), 10 * layer_token);
+  const uint64_t dense = 131072 * 62 * layer_token;
+  EXPECT_EQ(j["kv_bytes"].get<uint64_t>(), 131072 * 10 * layer_token + 49 * 32 * 52 * layer_token);
+  EXPECT_LT(j["kv_bytes"].get<uint64_t>() * 5, dense);
+  const auto snaps = plan_json("--preset gemma-3-27b -c 131072 --state-snapshots 2 --devices 64G");
+  EXPECT_EQ(snaps["window"]["pages"].get<int64_t>(), 49 + 2 * 32);
+  // A model without windows has none.
+  EXPECT_TRUE(plan_json("--preset qwen3-4b -c 4096")["window"].is_null());
+}
+
 // A projector by shape (--vision): the real Gemma 3 projector, without its
 // file, counted like a sidecar file is.
 TEST(PlanCli, VisionShapeCountsAsProjector) {
