@@ -51,7 +51,7 @@ json metric_definitions() {
        "sum of visible output tokens of every request / (last end - first submit)"},
       {"bound.bandwidth_tok_s",
        "read bandwidth (best of reps) / bytes per decode step; bytes = weights read per step "
-       "+ kv_bytes_per_token * context"},
+       "+ kv_bytes_per_token * context (sliding-window layers: * min(context, window))"},
       {"bound.compute_tok_s",
        "peak f32 FMA FLOP/s (best of reps) / (2 * matmul parameters + 4 * n_layer * n_head * "
        "head_dim * context)"},
@@ -61,7 +61,7 @@ json metric_definitions() {
        "tok_s_p50 / tok_s_p50 of the peak rung (the fastest with context <= 2048)"},
       {"kv_bytes",
        "KV bytes the sequence holds at the end of a repetition: "
-       "kv_bytes_per_token * (ctx + n_tokens)"},
+       "kv_bytes_per_token * (ctx + n_tokens) (sliding-window layers: their window)"},
       {"kv_pool_used_bytes",
        "measured: KV pool pages in use while the rung decoded (the sequence and the pages the "
        "prefix cache keeps) * page bytes"},

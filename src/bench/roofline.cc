@@ -1,10 +1,13 @@
 #include "bench/roofline.h"
 
+#include <algorithm>
+
 namespace sustain::bench {
 
 double decode_bytes(const ModelCost& m, double ctx) {
   return static_cast<double>(m.weight_bytes_per_step) +
-         static_cast<double>(m.kv_bytes_per_token) * ctx;
+         static_cast<double>(m.kv_bytes_per_token) * ctx +
+         static_cast<double>(m.window_bytes_per_token) * std::min(ctx, static_cast<double>(m.window));
 }
 
 double decode_flops(const ModelCost& m, double ctx) {

@@ -15,10 +15,14 @@ struct ModelCost {
   // Multiply-accumulates per token in the weight matrices (layers + output).
   int64_t matmul_params = 0;
   int64_t n_layer = 0, n_head = 0, head_dim = 0;
-  int64_t kv_bytes_per_token = 0;  // K + V over every layer and KV head
+  int64_t kv_bytes_per_token = 0;  // K + V over every layer and KV head but the sliding ones
+  // Sliding-window layers (Gemma 3): K + V per token over them, read for at
+  // most `window` tokens of context.
+  int64_t window_bytes_per_token = 0, window = 0;
 };
 
-// Bytes read by one decode step at context L: weights + KV of L tokens.
+// Bytes read by one decode step at context L: weights + KV of L tokens
+// (of min(L, window) in the sliding-window layers).
 double decode_bytes(const ModelCost& m, double ctx);
 // FLOPs of one decoded token at context L:
 //   2 × matmul_params + 4 × n_layer × n_head × head_dim × L

@@ -128,8 +128,12 @@ ModelCost model_cost(const engine::Engine& e) {
   k.n_head = c.n_head;
   k.head_dim = c.head_dim_k;
   const auto& ec = e.config();
-  k.kv_bytes_per_token =
-      static_cast<int64_t>(m.kv_geometry(ec.k_type, ec.v_type, ec.page_tokens).bytes_per_token());
+  // What attention reads (a sliding layer reads its window, --swa-full or not).
+  const kv::KvGeometry g = m.kv_geometry(ec.k_type, ec.v_type, ec.page_tokens);
+  k.kv_bytes_per_token = static_cast<int64_t>(g.bytes_per_token());
+  k.window_bytes_per_token =
+      static_cast<int64_t>(g.layer_bytes_per_token()) * g.n_window_layers();
+  k.window = g.window;
   return k;
 }
 
@@ -191,7 +195,7 @@ json model_conditions(const engine::Engine& e) {
 
 json kv_conditions(const engine::Engine& e) {
   const auto& ec = e.config();
-  const kv::KvGeometry g = e.model().kv_geometry(ec.k_type, ec.v_type, ec.page_tokens);
+  const kv::KvGeometry& g = e.kv_geometry();
   return {{"k_type", std::string(qtype_name(ec.k_type))},
           {"v_type", std::string(qtype_name(ec.v_type))},
           {"page_tokens", ec.page_tokens},
@@ -235,10 +239,12 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
     return error(Code::kInvalidArgument,
                  "--ctx {} + -n {} = {} tokens exceeds the engine's context of {} tokens",
                  opt.ctx.back(), opt.n_tokens, need, e.config().n_ctx);
-  const auto& ec = e.config();
-  const kv::KvGeometry geo = e.model().kv_geometry(ec.k_type, ec.v_type, ec.page_tokens);
+  // The KV a sequence holds, as the engine's pool keeps it.
+  const kv::KvGeometry& geo = e.kv_geometry();
   const auto page_bytes = static_cast<int64_t>(geo.page_bytes());
   const auto bytes_per_token = static_cast<int64_t>(geo.bytes_per_token());
+  const auto window_bytes_per_token =
+      static_cast<int64_t>(geo.layer_bytes_per_token()) * geo.n_window_layers();
   const std::vector<int32_t> prompt = random_prompt(e, opt.ctx.back(), opt.seed);
   const auto origin = BenchClock::now();
   LadderResult res;
@@ -294,7 +300,8 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
       r.rep_visible_tokens.push_back(run.timing.output_tokens);
       if (run.pool_pages_used >= 0) r.kv_pool_used_bytes = run.pool_pages_used * page_bytes;
     }
-    r.kv_bytes = bytes_per_token * (L + opt.n_tokens);
+    r.kv_bytes = bytes_per_token * (L + opt.n_tokens) +
+                 window_bytes_per_token * std::min<int64_t>(L + opt.n_tokens, geo.window);
     r.peak_rss_bytes = peak_rss_bytes();
     const DecodeStats d = decode_stats(r);
     decode_s_per_token = d.tpot_s.p50;

@@ -274,6 +274,7 @@ class Engine {
   const Model& model() const { return *model_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
   int64_t kv_bytes() const;            // bytes of the KV pool, as allocated
+  const kv::KvGeometry& kv_geometry() const;  // the pool's, as allocated (--swa-full applied)
   int64_t kv_capacity_tokens() const;  // pages × page_tokens
 
  public:

@@ -142,6 +142,7 @@ Expected<Stream> Engine::submit(Request r) {
 void Engine::cancel(uint64_t id) { impl_->cancel(id); }
 EngineStats Engine::stats() const { return impl_->stats(); }
 int64_t Engine::kv_bytes() const { return impl_->kv_bytes(); }
+const kv::KvGeometry& Engine::kv_geometry() const { return impl_->kv_geometry(); }
 int64_t Engine::kv_capacity_tokens() const { return impl_->kv_capacity_tokens(); }
 
 }  // namespace sustain::engine

@@ -67,6 +67,7 @@ struct Engine::Impl {
   void cancel(uint64_t id);
   EngineStats stats() const;
   int64_t kv_bytes() const { return static_cast<int64_t>(cache->bytes_allocated()); }
+  const kv::KvGeometry& kv_geometry() const { return cache->geometry(); }
   int64_t kv_capacity_tokens() const {
     return int64_t(cache->n_pages()) * cache->geometry().page_tokens;
   }

@@ -267,6 +267,12 @@ TEST(Roofline, BytesFlopsAndBounds) {
   // Seed model: speed falls with the bytes read.
   EXPECT_DOUBLE_EQ(seed_model_tok_s(m, 0, 50, 100), 25.0);
   EXPECT_DOUBLE_EQ(seed_model_tok_s(m, 100, 50, 100), 50.0);
+  // Sliding-window layers read at most their window.
+  ModelCost w = m;
+  w.window_bytes_per_token = 3;
+  w.window = 40;
+  EXPECT_DOUBLE_EQ(decode_bytes(w, 30), decode_bytes(m, 30) + 3 * 30);
+  EXPECT_DOUBLE_EQ(decode_bytes(w, 100), decode_bytes(m, 100) + 3 * 40);
 }
 
 TEST(Roofline, PrefillFitRecoversAQuadraticCost) {
