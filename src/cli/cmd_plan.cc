@@ -178,7 +178,7 @@ Status build_input(const PlanArgs& a, plan::PlanInput& in, std::string& source) 
   in.n_parallel = a.parallel;
   // As the engine keeps them: 4 recurrent-state (or sliding-window)
   // snapshots per sequence by default.
-  in.batch = std::min(a.batch, a.ctx);
+  in.batch = std::min(std::max(a.batch, a.ubatch), a.ctx);
   if (in.arch.is_hybrid() || in.arch.sliding_window > 0)
     in.state_snapshots = a.state_snapshots >= 0 ? a.state_snapshots : 4 * a.parallel;
   if (!a.extra_bytes.empty()) {

@@ -54,12 +54,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   kv::KvGeometry g = e->model_->kv_geometry(c.k_type, c.v_type, c.page_tokens, slots);
   g.tiled = c.kv_tiled;
   // Sliding-window layers: each sequence reserves at most a step's tokens
-  // (a prefill chunk, or a verify block) at a time; the prefix cache keeps
-  // its window snapshots beside them (PrefixCache::save_state).
+  // at a time (a prefill chunk of -b, an image of up to -ub run whole, or a
+  // verify block); the prefix cache keeps its window snapshots beside them
+  // (PrefixCache::save_state).
   if (c.swa_full) g.window_layers.clear();
   g.window_seqs = c.n_parallel;
-  g.window_step = static_cast<int32_t>(
-      std::min<int64_t>(std::max<int64_t>(c.batch_tokens, int64_t{c.spec.draft_max} + 1), c.n_ctx));
+  g.window_step = static_cast<int32_t>(std::min<int64_t>(
+      std::max<int64_t>({c.batch_tokens, c.ubatch_tokens, int64_t{c.spec.draft_max} + 1}),
+      c.n_ctx));
   g.window_snapshots = c.prefix_cache ? prefix_snapshots(c) : 0;
   int64_t pool_tokens = c.kv_tokens > 0 ? c.kv_tokens : c.n_ctx * c.n_parallel;
   if (c.kv_budget_bytes > 0) {

@@ -84,7 +84,7 @@ struct PlanInput {
   int n_parallel = 1;           // sequences at once
   int64_t kv_budget_bytes = 0;  // > 0: the pool is floor(budget / page_bytes) pages instead
   int64_t ubatch = 512;         // tokens computed at once (workspace rows)
-  int64_t batch = 512;          // tokens a sequence adds in one step at most (the engine's -b)
+  int64_t batch = 512;          // tokens a sequence adds in one step at most (the engine's max(-b, -ub))
   // Hybrid models: recurrent-state snapshots kept for prefix reuse, beside
   // the one state per running sequence.
   int state_snapshots = 0;

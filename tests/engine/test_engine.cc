@@ -248,7 +248,7 @@ TEST(Engine, Gemma3WindowPagesGoBackAsSequencesMoveOn) {
   c.n_ctx = 4096;
   c.n_parallel = 2;
   c.page_tokens = 16;
-  c.batch_tokens = 256;
+  c.batch_tokens = c.ubatch_tokens = 256;
   auto run = [&](const EngineConfig& cfg, EngineStats* st) {
     auto e = make(cfg);
     std::vector<std::vector<int32_t>> out;
@@ -284,7 +284,7 @@ TEST(Engine, Gemma3WindowPagesGoBackAsSequencesMoveOn) {
     in.n_ctx = c.n_ctx;
     in.n_parallel = c.n_parallel;
     in.page_tokens = c.page_tokens;
-    in.batch = c.batch_tokens;
+    in.batch = std::max(c.batch_tokens, c.ubatch_tokens);
     in.state_snapshots = prefix_snapshots(c);
     in.host_capacity = uint64_t{1} << 40;
     auto p = plan::make_plan(in);
