@@ -56,6 +56,17 @@ Status validate(const KvGeometry& g) {
     return error(Code::kInvalidArgument, "KV geometry: n_head_kv = {}", g.n_head_kv);
   if (g.page_tokens <= 0)
     return error(Code::kInvalidArgument, "KV geometry: page_tokens = {}", g.page_tokens);
+  if (g.window < 0)
+    return error(Code::kInvalidArgument, "KV geometry: window = {}", g.window);
+  if (!g.window_layers.empty() && g.window_layers.size() != size_t(g.n_layer))
+    return error(Code::kInvalidArgument,
+                 "KV geometry: window_layers names {} layers, the cache has {}",
+                 g.window_layers.size(), g.n_layer);
+  if (g.windowed() && (g.window_seqs < 1 || g.window_step < 1 || g.window_snapshots < 0))
+    return error(Code::kInvalidArgument,
+                 "KV geometry: the window pool's sizing is out of range (window_seqs = {}, "
+                 "window_step = {}, window_snapshots = {})",
+                 g.window_seqs, g.window_step, g.window_snapshots);
   const struct {
     const char* what;
     QType type;
@@ -111,7 +122,7 @@ Expected<KvCache> KvCache::create(const KvGeometry& g, int64_t max_tokens) {
                                                 : std::optional<uint64_t>{};
   if (!bytes) return out_of_memory(g, max_tokens, "more than 2^64", "the size overflows");
   const std::string need = std::to_string(*bytes);
-  if (n_pages > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+  if (std::max(n_pages, n_window) > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
     return out_of_memory(g, max_tokens, need.c_str(), "more pages than int32 page ids can name");
   if (*bytes > available_memory_bytes())
     return out_of_memory(g, max_tokens, need.c_str(), "more than the memory available");

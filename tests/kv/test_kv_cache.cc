@@ -379,6 +379,25 @@ TEST(KvWindowPool, PagesBehindTheWindowGoBackAsDecodingMovesOn) {
   EXPECT_EQ(c->n_free_pages(), c->n_pages());
 }
 
+// A window geometry that contradicts itself is refused, naming the field.
+TEST(KvWindowPool, InconsistentWindowGeometryIsRefused) {
+  KvGeometry g = window_geometry(8);
+  g.window_layers = {1, 0};  // two entries for three layers
+  auto c = KvCache::create(g, 100);
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.status().message().find("window_layers names 2 layers, the cache has 3"),
+            std::string::npos)
+      << c.status().message();
+  g = window_geometry(8);
+  g.window = -1;
+  EXPECT_EQ(KvCache::create(g, 100).status().code(), Code::kInvalidArgument);
+  g = window_geometry(0);
+  c = KvCache::create(g, 100);
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.status().message().find("window_step = 0"), std::string::npos)
+      << c.status().message();
+}
+
 // Steps larger than the pool was sized for fail with an error that names
 // the window pool and what it was sized for, leaving the table as it was.
 TEST(KvWindowPool, AStepLargerThanTheSizingIsAClearError) {
