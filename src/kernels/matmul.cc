@@ -12,6 +12,8 @@
 // Only when there are too few rows to share out does the split go by tokens.
 #include <algorithm>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "base/status.h"
 #include "kernels/cpu/kernels.h"
@@ -168,6 +170,199 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
          r0 += tile_rows) {
       tile(a, r0, std::min<int64_t>(r0 + tile_rows, static_cast<int64_t>(r_end)), 0, n_tokens);
     }
+  });
+}
+
+namespace {
+
+// Weight bytes per work unit of matmul_batch when the job is one token (the
+// row kernel reads each row once): large enough that claiming a unit costs
+// little beside it, small enough that the units of a few experts spread over
+// the threads with no thread left idle for long.
+constexpr size_t kBatchUnitBytes = 64 * 1024;
+
+// One job of a batch, ready to run: its kernel arguments, its kernel, and
+// how its rows go into units.
+struct BatchJob {
+  cpu::MatmulArgs a;
+  cpu::TileFn fn = nullptr;
+  int64_t n_tokens = 0, n_out = 0, unit_rows = 0;
+  bool packed = false;    // fn is a packed kernel (rows in tiles of 16)
+  size_t first_unit = 0;  // index of the job's first unit in the batch
+};
+
+// Whether job j reads the same activation rows as job j - 1 (so the rows are
+// quantized once): same x, stride, token count, length and format.
+bool shares_activations(std::span<const MatmulJob> jobs, size_t j) {
+  if (j == 0) return false;
+  const MatmulJob &p = jobs[j - 1], &c = jobs[j];
+  return p.n_tokens > 0 && p.w.n_out > 0 && p.x == c.x && p.ldx == c.ldx &&
+         p.n_tokens == c.n_tokens && p.w.n_in == c.w.n_in &&
+         activation_type(p.w.type) == activation_type(c.w.type) &&
+         cpu::q8_0_code_offset(p.w.type) == cpu::q8_0_code_offset(c.w.type);
+}
+
+}  // namespace
+
+size_t matmul_batch_scratch_bytes(std::span<const MatmulJob> jobs) {
+  size_t total = kAlign;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const MatmulJob& m = jobs[j];
+    if (m.n_tokens <= 0 || m.w.n_out <= 0 || reads_x_directly(m.w.type) ||
+        shares_activations(jobs, j))
+      continue;
+    total += static_cast<size_t>(m.n_tokens) * act_stride(m.w.type, m.w.n_in);
+  }
+  return total;
+}
+
+void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scratch,
+                  size_t scratch_bytes) {
+  SUSTAIN_CHECK(scratch_bytes >= matmul_batch_scratch_bytes(jobs));
+  // Reused from call to call (a batch is a few hundred jobs at most). The
+  // workers must reach the caller's vectors, not their own thread_local
+  // ones: the lambdas below use these references.
+  thread_local std::vector<BatchJob> prepared_tls;
+  thread_local std::vector<size_t> quant_rows_tls;  // job index << 32 | token, per row
+  std::vector<BatchJob>& prepared = prepared_tls;
+  std::vector<size_t>& quant_rows = quant_rows_tls;
+  thread_local std::vector<double> before_tls;
+  prepared.clear();
+  quant_rows.clear();
+  auto base = reinterpret_cast<uintptr_t>(scratch);
+  auto* act = reinterpret_cast<uint8_t*>((base + kAlign - 1) / kAlign * kAlign);
+  size_t n_units = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const MatmulJob& m = jobs[j];
+    SUSTAIN_CHECK(matmul_supported(m.w.type));
+    BatchJob b;
+    b.n_tokens = m.n_tokens;
+    b.n_out = m.w.n_out;
+    b.a.type = m.w.type;
+    b.a.w = static_cast<const uint8_t*>(m.w.data);
+    b.a.w_stride = m.w.row_bytes;
+    b.a.n_in = m.w.n_in;
+    b.a.y = m.y;
+    b.a.ldy = m.ldy;
+    if (m.n_tokens <= 0 || m.w.n_out <= 0) {
+      b.first_unit = n_units;
+      prepared.push_back(b);
+      continue;
+    }
+    if (reads_x_directly(m.w.type)) {
+      b.a.act = reinterpret_cast<const uint8_t*>(m.x);
+      b.a.act_stride = static_cast<size_t>(m.ldx) * sizeof(float);
+    } else if (shares_activations(jobs, j)) {
+      b.a.act = prepared.back().a.act;
+      b.a.act_stride = prepared.back().a.act_stride;
+    } else {
+      b.a.act = act;
+      b.a.act_stride = act_stride(m.w.type, m.w.n_in);
+      act += static_cast<size_t>(m.n_tokens) * b.a.act_stride;
+      for (int64_t t = 0; t < m.n_tokens; ++t)
+        quant_rows.push_back(j << 32 | static_cast<size_t>(t));
+    }
+    // The kernel matmul would pick for this many tokens, and units of rows
+    // that keep its tiling: 16-row tiles for the packed kernel, prefill tiles
+    // of about kTileBytes for the row kernel, and for one token row ranges of
+    // about kBatchUnitBytes.
+    cpu::TileFn packed = nullptr;
+    if (m.n_tokens >= kPackedMinTokensLegacy) packed = cpu::legacy_packed_tile(m.w.type);
+    if (packed == nullptr && m.n_tokens >= kPackedMinTokensKQuant)
+      packed = cpu::kquant_packed_tile(m.w.type);
+    const auto row_bytes = static_cast<int64_t>(std::max<size_t>(m.w.row_bytes, 1));
+    if (packed != nullptr) {
+      b.fn = packed;
+      b.packed = true;
+      b.unit_rows = 16;
+    } else {
+      b.fn = tile_for(m.w.type);
+      SUSTAIN_CHECK(b.fn != nullptr);
+      const int64_t unit_bytes = m.n_tokens == 1 ? static_cast<int64_t>(kBatchUnitBytes)
+                                                 : static_cast<int64_t>(kTileBytes);
+      b.unit_rows = std::max<int64_t>(8, unit_bytes / row_bytes / 8 * 8);
+    }
+    b.first_unit = n_units;
+    n_units += static_cast<size_t>((b.n_out + b.unit_rows - 1) / b.unit_rows);
+    prepared.push_back(b);
+  }
+  SUSTAIN_CHECK(act <= static_cast<uint8_t*>(scratch) + scratch_bytes);
+
+  auto quantize = [&](size_t i0, size_t i1, int) {
+    for (size_t i = i0; i < i1; ++i) {
+      const size_t j = quant_rows[i] >> 32;
+      const auto t = static_cast<int64_t>(quant_rows[i] & 0xffffffffu);
+      const MatmulJob& m = jobs[j];
+      quantize_row(m.w.type, m.x + t * m.ldx,
+                   const_cast<uint8_t*>(prepared[j].a.act) + t * prepared[j].a.act_stride,
+                   m.w.n_in);
+    }
+  };
+  if (quant_rows.size() <= 2) {
+    quantize(0, quant_rows.size(), 0);  // not worth waking the pool
+  } else {
+    pool.parallel_for(quant_rows.size(), quantize);
+  }
+  if (n_units == 0) return;
+
+  // A static split of the units in batch order into one contiguous run per
+  // thread, of equal estimated cost: weight bytes times (tokens + the cost of
+  // reading the bytes, counted as kReadCostTokens tokens). Contiguous runs
+  // keep each thread streaming adjacent rows of one matrix (the hardware
+  // prefetcher's best case, which a dynamic hand-out of units interleaved
+  // between threads loses); the pool's claim-based join still lets the
+  // caller take a run whose worker is late.
+  constexpr double kReadCostTokens = 2.0;
+  std::vector<double>& before = before_tls;  // cost of the units before unit u
+  before.resize(n_units + 1);
+  before[0] = 0.0;
+  for (const BatchJob& b : prepared) {
+    const double per_row =
+        static_cast<double>(b.a.w_stride) * (static_cast<double>(b.n_tokens) + kReadCostTokens);
+    const size_t n =
+        b.unit_rows > 0 ? static_cast<size_t>((b.n_out + b.unit_rows - 1) / b.unit_rows) : 0;
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t rows = std::min(b.unit_rows, b.n_out - static_cast<int64_t>(k) * b.unit_rows);
+      before[b.first_unit + k + 1] = before[b.first_unit + k] + per_row * static_cast<double>(rows);
+    }
+  }
+  const double total = before[n_units];
+  const int n_slots = static_cast<int>(std::min<size_t>(static_cast<size_t>(pool.size()), n_units));
+  auto first_unit_at = [&](int slot) -> size_t {
+    if (slot >= n_slots) return n_units;
+    const double target = total * slot / n_slots;
+    return static_cast<size_t>(std::lower_bound(before.begin(), before.end() - 1, target) -
+                               before.begin());
+  };
+  auto run_units = [&](size_t u0, size_t u1) {
+    while (u0 < u1) {
+      // The job owning unit u0: the last whose first unit is <= u0.
+      auto it = std::upper_bound(prepared.begin(), prepared.end(), u0,
+                                 [](size_t v, const BatchJob& b) { return v < b.first_unit; });
+      const BatchJob& b = *(it - 1);
+      const size_t job_end =
+          b.first_unit + static_cast<size_t>((b.n_out + b.unit_rows - 1) / b.unit_rows);
+      const size_t stop = std::min(u1, job_end);
+      const int64_t r_begin = static_cast<int64_t>(u0 - b.first_unit) * b.unit_rows;
+      const int64_t r_end =
+          std::min(static_cast<int64_t>(stop - b.first_unit) * b.unit_rows, b.n_out);
+      if (b.n_tokens > 1 && !b.packed) {
+        // The row kernel's prefill tiles, each dotted with every token.
+        for (int64_t r0 = r_begin; r0 < r_end; r0 += b.unit_rows)
+          b.fn(b.a, r0, std::min(r0 + b.unit_rows, r_end), 0, b.n_tokens);
+      } else {
+        b.fn(b.a, r_begin, r_end, 0, b.n_tokens);
+      }
+      u0 = stop;
+    }
+  };
+  if (n_slots <= 1) {
+    run_units(0, n_units);
+    return;
+  }
+  pool.parallel_for(static_cast<size_t>(n_slots), [&](size_t s0, size_t s1, int) {
+    for (auto s = static_cast<int>(s0); s < static_cast<int>(s1); ++s)
+      run_units(first_unit_at(s), first_unit_at(s + 1));
   });
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "base/thread_pool.h"
 #include "tensor/qtype.h"
@@ -47,6 +48,31 @@ size_t matmul_scratch_bytes(QType w, int64_t n_in, int64_t n_tokens);
 // per call for the whole batch. `scratch` holds matmul_scratch_bytes().
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
             int64_t ldy, ThreadPool& pool, void* scratch);
+
+// One product of a batch: Y = X · Wᵀ for n_tokens rows, as matmul takes it.
+struct MatmulJob {
+  WeightView w;
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  int64_t n_tokens = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// Bytes of scratch that matmul_batch needs for these jobs.
+size_t matmul_batch_scratch_bytes(std::span<const MatmulJob> jobs);
+
+// Runs every job of the batch as matmul would, with the same result bit for
+// bit, in two parallel regions in all: one quantizes every job's activation
+// rows (once for consecutive jobs that share x, n_tokens and activation
+// format: a mixture-of-experts gate and up), one runs every job's rows, split
+// into one contiguous run per thread of equal estimated cost. For many small
+// products (the experts of a decode step) this replaces a pool dispatch per
+// product, and a thread's idle tail at the end of each, with one split of all
+// the work.
+// `scratch` holds matmul_batch_scratch_bytes(jobs); scratch_bytes is checked.
+void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scratch,
+                  size_t scratch_bytes);
 
 // y = x / sqrt(mean(x^2) + eps) * weight   (weight may be nullptr: no gain).
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);

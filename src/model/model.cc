@@ -259,14 +259,22 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
   ws.up.resize(n * ffw);
   ws.hidden.resize(n * ffw);
   if (c.is_moe()) {
+    // Experts run in groups of up to this many routed rows: every expert of
+    // a step of up to 64 tokens at once, and never fewer rows than one
+    // expert can get (max_tokens).
+    const auto K = static_cast<int64_t>(c.n_expert_used);
+    ws.expert_group_rows = std::max(ws.max_tokens, std::min<int64_t>(ws.max_tokens * K, 64 * K));
+    const auto g = static_cast<size_t>(ws.expert_group_rows);
+    for (auto* b : {&ws.gate, &ws.up, &ws.hidden}) b->resize(std::max(b->size(), g * c.n_ff_exp));
+    ws.expert_jobs.reserve(2 * c.n_expert);
     ws.router_logits.resize(n * c.n_expert);
     ws.expert_weight.resize(n * c.n_expert_used);
     ws.expert_id.resize(n * c.n_expert_used);
     ws.expert_rows.resize(n * c.n_expert_used);
     ws.expert_start.resize(c.n_expert + 1);
     ws.expert_next.resize(c.n_expert);
-    ws.expert_in.resize(n * c.n_embd);
-    ws.expert_out.resize(n * c.n_embd);
+    ws.expert_in.resize(g * c.n_embd);
+    ws.expert_out.resize(g * c.n_embd);
   }
   ws.logits_in.resize(n * c.n_embd);
   if (c.has_attn_gate()) {
@@ -296,8 +304,14 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
                           &L.ssm_qkv, &L.ssm_gate, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out,
                           &L.nextn_eh_proj, &L.nextn_head})
       need(*v);
+    // Expert products run in batches (kernels::matmul_batch) of up to
+    // expert_group_rows rows; a gate and up batch quantizes the rows twice
+    // at worst (when the two differ in activation format).
     for (const auto* exps : {&L.gate_exps, &L.up_exps, &L.down_exps})
-      for (const auto& v : *exps) need(v);
+      for (const auto& v : *exps)
+        if (v.data)
+          ms =
+              std::max(ms, kernels::matmul_scratch_bytes(v.type, v.n_in, 2 * ws.expert_group_rows));
   }
   ws.matmul_scratch.resize(std::max<size_t>(ms, 64));
   attention::AttnParams ap = attn_params(c);

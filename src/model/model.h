@@ -71,11 +71,15 @@ struct Workspace {
   std::vector<attention::QueryInfo> queries;
   // Mixture of experts: router logits [max_tokens, n_expert]; each token's
   // chosen experts and weights [max_tokens, n_expert_used]; the rows routed to
-  // one expert, gathered [max_tokens, n_embd], and their output.
+  // experts, gathered [expert_group_rows, n_embd], and their output.
   std::vector<float> router_logits, expert_weight, expert_in, expert_out;
   // expert_rows lists the (token, slot) pairs routed to each expert, expert
   // by expert; expert e's run is [expert_start[e], expert_start[e + 1]).
   std::vector<int32_t> expert_id, expert_rows, expert_start, expert_next;
+  // Rows of one group of experts run together (expert_in, expert_out, gate,
+  // up and hidden hold that many), and the group's matmul jobs.
+  int64_t expert_group_rows = 0;
+  std::vector<kernels::MatmulJob> expert_jobs;
   // Tensor split with attn_output whole: every head's attention output,
   // gathered from the ranks [max_tokens, file q_dim].
   std::vector<float> attn_all;

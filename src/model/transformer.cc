@@ -265,26 +265,50 @@ void moe_ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, Thread
     const int e = ws.expert_id[static_cast<size_t>(i)];
     rows[static_cast<size_t>(ws.expert_next[e]++)] = static_cast<int32_t>(i);
   }
-  for (int e = 0; e < E; ++e) {
-    const int32_t r0 = ws.expert_start[e], r1 = ws.expert_start[e + 1];
-    const int64_t n = r1 - r0;
-    if (n == 0) continue;
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t tok = rows[static_cast<size_t>(r0 + r)] / K;
-      std::copy_n(ws.cur.data() + tok * d, d, ws.expert_in.data() + r * d);
+  // Experts run in groups of up to expert_group_rows rows (all of them in a
+  // decode step): one batch of every gate and up product of the group, the
+  // SwiGLU, one batch of the down products (kernels::matmul_batch: two pool
+  // regions each, however many experts). Outputs are added back to x expert
+  // by expert, in expert order, as one expert at a time would.
+  const int64_t cap = ws.expert_group_rows;
+  std::vector<kernels::MatmulJob>& jobs = ws.expert_jobs;
+  for (int e0 = 0; e0 < E;) {
+    const int32_t g0 = ws.expert_start[e0];
+    int e1 = e0;
+    while (e1 < E && ws.expert_start[e1 + 1] - g0 <= cap) ++e1;
+    SUSTAIN_CHECK(e1 > e0);  // an expert has at most max_tokens <= cap rows
+    const int32_t g1 = ws.expert_start[e1];
+    for (int32_t r = g0; r < g1; ++r) {
+      const int64_t tok = rows[static_cast<size_t>(r)] / K;
+      std::copy_n(ws.cur.data() + tok * d, d, ws.expert_in.data() + (r - g0) * d);
     }
-    matmul(L.gate_exps[static_cast<size_t>(e)], ws.expert_in.data(), n, ws.gate.data(), ws, pool);
-    matmul(L.up_exps[static_cast<size_t>(e)], ws.expert_in.data(), n, ws.up.data(), ws, pool);
-    kernels::swiglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), n * fe);
-    matmul(L.down_exps[static_cast<size_t>(e)], ws.hidden.data(), n, ws.expert_out.data(), ws,
-           pool);
-    for (int64_t r = 0; r < n; ++r) {
-      const int32_t slot = rows[static_cast<size_t>(r0 + r)];
+    jobs.clear();
+    for (int e = e0; e < e1; ++e) {
+      const int64_t off = ws.expert_start[e] - g0, n = ws.expert_start[e + 1] - ws.expert_start[e];
+      if (n == 0) continue;
+      const float* in = ws.expert_in.data() + off * d;
+      jobs.push_back(
+          {L.gate_exps[static_cast<size_t>(e)], in, d, n, ws.gate.data() + off * fe, fe});
+      jobs.push_back({L.up_exps[static_cast<size_t>(e)], in, d, n, ws.up.data() + off * fe, fe});
+    }
+    kernels::matmul_batch(jobs, pool, ws.matmul_scratch.data(), ws.matmul_scratch.size());
+    kernels::swiglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), (g1 - g0) * fe);
+    jobs.clear();
+    for (int e = e0; e < e1; ++e) {
+      const int64_t off = ws.expert_start[e] - g0, n = ws.expert_start[e + 1] - ws.expert_start[e];
+      if (n == 0) continue;
+      jobs.push_back({L.down_exps[static_cast<size_t>(e)], ws.hidden.data() + off * fe, fe, n,
+                      ws.expert_out.data() + off * d, d});
+    }
+    kernels::matmul_batch(jobs, pool, ws.matmul_scratch.data(), ws.matmul_scratch.size());
+    for (int32_t r = g0; r < g1; ++r) {
+      const int32_t slot = rows[static_cast<size_t>(r)];
       const float w = ws.expert_weight[static_cast<size_t>(slot)];
       float* x = ws.x.data() + (slot / K) * d;
-      const float* y = ws.expert_out.data() + r * d;
+      const float* y = ws.expert_out.data() + (r - g0) * d;
       for (int64_t k = 0; k < d; ++k) x[k] += w * y[k];
     }
+    e0 = e1;
   }
 }
 

@@ -249,6 +249,83 @@ TEST(Matmul, FormatTable) {
   EXPECT_GE(matmul_scratch_bytes(QType::Q8_0, 4096, 2), 2 * qtype_row_bytes(QType::Q8_0, 4096));
 }
 
+// matmul_batch against one matmul per job, bit for bit: the kernels and their
+// per-output sums are the same, only the split differs. The batch mixes
+// formats (activation rows Q8_K, Q8_0 with and without a code offset, Q8_1,
+// f16, f32 read directly), token counts on both sides of the packed kernels'
+// thresholds (0, 1, 5, 7, 16, 17), row counts no unit divides, an empty
+// matrix, and runs of jobs that share their input (quantized once: gate and
+// up of an expert) beside jobs whose input is the same memory but another
+// format (not shared). Outputs are written with strides; the padding between
+// rows must stay untouched.
+TEST(MatmulBatch, MatchesOneMatmulPerJobBitForBit) {
+  struct Spec {
+    QType type;
+    int64_t n_out, n_in, n_tok;
+    int input;  // jobs with the same input index read the same x
+  };
+  const std::vector<Spec> specs = {
+      {QType::Q4_K, 257, 768, 1, 0},  {QType::Q4_K, 33, 768, 1, 0}, {QType::Q6_K, 7, 768, 1, 0},
+      {QType::Q4_K, 96, 256, 0, 1},   {QType::Q8_0, 300, 96, 5, 2}, {QType::Q4_0, 300, 96, 5, 2},
+      {QType::Q4_1, 37, 96, 7, 2},    {QType::F16, 41, 96, 7, 2},   {QType::F32, 9, 96, 7, 2},
+      {QType::Q4_K, 0, 256, 3, 3},    {QType::Q4_K, 65, 256, 3, 3}, {QType::Q5_K, 129, 256, 16, 4},
+      {QType::Q4_K, 129, 256, 17, 4}, {QType::Q6_K, 5, 256, 17, 4}, {QType::Q8_0, 70, 64, 1, 5}};
+  // One x per input index: as many rows and columns as its widest job.
+  std::vector<std::vector<float>> inputs(6);
+  std::vector<int64_t> input_ld(6, 0);
+  for (const Spec& sp : specs) input_ld[sp.input] = std::max(input_ld[sp.input], sp.n_in + 3);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    inputs[i] = test::random_normal(static_cast<size_t>(17 * input_ld[i]), 900 + i, 1.0f);
+
+  std::vector<Problem> problems;
+  for (size_t j = 0; j < specs.size(); ++j) {
+    const Spec& sp = specs[j];
+    Problem p = make_problem(sp.type, sp.n_out, sp.n_in, std::max<int64_t>(sp.n_tok, 1), 700 + j);
+    p.n_tok = sp.n_tok;
+    problems.push_back(std::move(p));
+  }
+  for (int threads : {1, 2, 3})
+    for_each_target([&] {
+      ThreadPool pool(threads);
+      SCOPED_TRACE(threads);
+      std::vector<MatmulJob> jobs;
+      std::vector<std::vector<float>> got(specs.size());
+      for (size_t j = 0; j < specs.size(); ++j) {
+        const Problem& p = problems[j];
+        got[j].assign(static_cast<size_t>(std::max<int64_t>(p.n_tok, 1) * p.ldy), NAN);
+        MatmulJob m;
+        m.w = p.view();
+        m.x = inputs[specs[j].input].data();
+        m.ldx = input_ld[specs[j].input];
+        m.n_tokens = p.n_tok;
+        m.y = got[j].data();
+        m.ldy = p.ldy;
+        jobs.push_back(m);
+      }
+      std::vector<uint8_t> scratch(matmul_batch_scratch_bytes(jobs));
+      // Shared inputs are quantized once: less scratch than a job at a time.
+      size_t unshared = 64;
+      for (const MatmulJob& m : jobs)
+        if (m.n_tokens > 0 && m.w.n_out > 0 && activation_type(m.w.type) != QType::F32)
+          unshared += matmul_scratch_bytes(m.w.type, m.w.n_in, m.n_tokens) - 64;
+      EXPECT_LT(scratch.size(), unshared);
+      matmul_batch(jobs, pool, scratch.data(), scratch.size());
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        const MatmulJob& m = jobs[j];
+        std::vector<float> want(got[j].size(), NAN);
+        std::vector<uint8_t> s1(
+            matmul_scratch_bytes(m.w.type, m.w.n_in, std::max<int64_t>(m.n_tokens, 1)) + 64);
+        matmul(m.w, m.x, m.ldx, m.n_tokens, want.data(), m.ldy, pool, s1.data());
+        ASSERT_EQ(0, std::memcmp(got[j].data(), want.data(), want.size() * sizeof(float)))
+            << "job " << j << " (" << qtype_name(m.w.type) << " " << m.w.n_out << "x" << m.w.n_in
+            << ", " << m.n_tokens << " tokens)";
+        if (m.n_tokens > 0 && m.w.n_out > 0) {
+          EXPECT_FALSE(std::isnan(got[j][0])) << "job " << j;
+        }
+      }
+    });
+}
+
 // ---------------------------------------------------------------------------
 // Elementwise ops.
 
