@@ -33,9 +33,7 @@ constexpr int64_t kExploreChunk = 64;
 // Steps are planned to this share of the target: the cost model predicts a
 // step's mean, and a step longer than the target is what a stream sees.
 constexpr double kTargetMargin = 0.9;
-// The speculation gate: a sequence kept from drafting tries one token after
-// this many steps; the acceptance assumed before any draft was verified.
-constexpr int32_t kGateProbeSteps = 16;
+// The speculation gate: the acceptance assumed before any draft was verified.
 constexpr double kGatePrior = 0.5;
 
 // --spec draft: the second GGUF, checked against the target's vocabulary,
@@ -437,8 +435,8 @@ int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
 // price of a decode step. Until decode steps of different sizes have been
 // seen, every other step drafts in full and the rest draft nothing, so the
 // price can be learned; then a sequence the gate keeps from drafting is
-// still let through for one token every kGateProbeSteps, so that a
-// proposer that starts to match is noticed.
+// still let through for a probe now and then (spec::ProbeSchedule), so
+// that a proposer that starts to match is noticed.
 void Scheduler::gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& jobs,
                      const std::vector<Seq*>& job_seq) {
   const spec::Config& c = cfg().spec;
@@ -462,14 +460,13 @@ void Scheduler::gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& 
       other_attended += static_cast<double>(s->n_computed + 1);
     }
   std::vector<int> k(jobs.size());
-  spec::choose_draft_lengths(g, price, other_rows, other_attended, k);
+  spec::choose_draft_lengths(g, price, other_rows, other_attended, k, &verify_cost);
   for (size_t i = 0; i < jobs.size(); ++i) {
     Seq& s = *job_seq[i];
     if (k[i] > 0) {
-      s.gate_idle_steps = 0;
-    } else if (++s.gate_idle_steps >= kGateProbeSteps) {
+      s.probe.drafted();
+    } else if (s.probe.idle_step()) {
       k[i] = std::min(jobs[i].k, std::max(1, c.draft_min));
-      s.gate_idle_steps = 0;
       ++st.spec_gate_probes;
     } else {
       ++st.spec_gate_skipped;
@@ -510,6 +507,7 @@ void Scheduler::verify(Seq& s, const float* rows, int32_t backup) {
   const int64_t reached = std::min<int64_t>(k, accepted + (s.done ? 0 : 1));
   s.acceptance.update(reached, accepted);
   acceptance_all.update(reached, accepted);
+  s.probe.verified(accepted > 0);
   ++s.spec_steps;
   s.spec_drafted += k;
   s.spec_accepted += accepted;
@@ -780,6 +778,11 @@ bool Scheduler::step() {
   StepShape ran;
   for (Seq* s : plan) ran.add_run(s->n_computed, s->step_tokens);
   const double predicted = cost.predict(ran);
+  // A single sequence's decode or verify step: the gate's per-k price
+  // learns from it (its position before the step moves it).
+  const int64_t single_pos = plan.size() == 1 && !prefill_given ? plan[0]->n_computed : -1;
+  const double decode_predicted =
+      single_pos >= 0 && decode_cost.ready() ? decode_cost.predict(ran) : 0.0;
 
   const int64_t n_vocab = engine.model_->config().n_vocab;
   auto run_batch = [&](const std::vector<Seq*>& seqs) -> Status {
@@ -919,7 +922,10 @@ bool Scheduler::step() {
   const double took = seconds(Clock::now() - t_step);
   if (!cfg().deterministic) cost.observe(ran, took);
   // Decode-only steps price drafted tokens for the gate.
-  if (!cfg().deterministic && !proposers.empty() && !prefill_given) decode_cost.observe(ran, took);
+  if (!cfg().deterministic && !proposers.empty() && !prefill_given) {
+    if (decode_predicted > 0) verify_cost.observe(ran.rows, single_pos, took, decode_predicted);
+    decode_cost.observe(ran, took);
+  }
   st.cost_per_step_s = cost.per_step();
   st.cost_per_row_s = cost.per_row();
   st.cost_per_attended_s = cost.per_attended();

@@ -45,11 +45,11 @@ struct Seq {
   spec::Draft draft;
   std::vector<const float*> media_rows;  // a prompt with images: MediaPrompt::position_rows()
   int64_t spec_drafted = 0, spec_accepted = 0, spec_steps = 0;
-  // The speculation gate: this sequence's acceptance, and the steps since the
-  // gate last let it draft (a probe every kGateProbeSteps keeps a low
-  // estimate from never being tested again).
+  // The speculation gate: this sequence's acceptance, and when to probe it
+  // while the gate keeps it from drafting (so that a low estimate is tested
+  // again, less often the more probes fail).
   spec::AcceptanceEstimate acceptance;
-  int32_t gate_idle_steps = 0;
+  spec::ProbeSchedule probe;
   int32_t preemptions = 0;
   Clock::time_point t_start, t_first_token;
   int64_t step_tokens = 0;      // tokens planned for the current step
@@ -151,6 +151,9 @@ struct Engine::Impl {
   // speculation gate, and the acceptance over every sequence (the prior of
   // a new one).
   StepCostModel decode_cost{2};
+  // What single-sequence decode and verify steps cost against decode_cost's
+  // prediction, per row count and depth (the gate's per-k price).
+  spec::MeasuredVerifyCost verify_cost;
   spec::AcceptanceEstimate acceptance_all;
   uint64_t gate_explore_steps = 0;
   EngineStats st;  // published to shared_stats after each step

@@ -45,10 +45,73 @@ class AcceptanceEstimate {
   double reached_ = 0, accepted_ = 0;
 };
 
+// When to test again a sequence the gate keeps from drafting: a probe (a
+// draft of the configured minimum length) once it has been kept idle for
+// `interval()` steps. Each probe that accepts nothing doubles the interval,
+// up to kMaxInterval; any accepted draft token brings it back to
+// kMinInterval. A proposer that is never right then costs a probe every 256
+// steps instead of every 16 (at 4K context on 2 cores a probe's extra row
+// costs a third to a half of a step), and one that starts to match is
+// noticed within the interval it has reached.
+class ProbeSchedule {
+ public:
+  static constexpr int32_t kMinInterval = 16;
+  static constexpr int32_t kMaxInterval = 256;
+
+  // A step the gate kept the sequence from drafting. True when a probe is
+  // due instead (the caller drafts; the idle count starts over).
+  bool idle_step();
+  // A step the gate let the sequence draft on its own merits.
+  void drafted() { idle_ = 0; }
+  // The verify step of a draft ended, with or without an accepted token.
+  void verified(bool accepted_any);
+  int32_t interval() const { return interval_; }
+
+ private:
+  int32_t idle_ = 0, interval_ = kMinInterval;
+  bool probing_ = false;  // the draft being verified is a probe
+};
+
 // The step cost the gate prices drafts with (seconds): per step, per
 // forward row, per attended (query, key) pair.
 struct StepPrice {
   double per_step = 0, per_row = 0, per_attended = 0;
+};
+
+// What the linear price misses for one sequence's verify step. Its cost is
+// not linear in the draft length: a row count where the matmuls switch to
+// the packed kernel (16 tokens) is cheaper than the one below it, the
+// attention takes a block's queries together up to 16 per KV head, and a
+// step has per-row costs outside the forward (proposing, sampling, rollback);
+// at depth the verify-cost curve (docs/speculative.md) rises by 1.1-2.4x for
+// the first drafted token and far less for the next. So each single-sequence
+// decode or verify step that runs is recorded here as its measured time over
+// the linear price's prediction for it, per row count and depth band (a
+// factor of two in depth), with forgetting. The gate prices a
+// single-sequence draft of k tokens as the linear prediction times the
+// factor for k + 1 rows at that depth: what such steps have cost. A row
+// count not yet seen in the band takes the band's plain decode factor (or
+// 1): the linear model's guess, which the first such step then corrects.
+class MeasuredVerifyCost {
+ public:
+  static constexpr int kMaxRows = 17;  // a draft of up to 16 tokens
+  static constexpr int kBands = 12;    // depth < 512, < 1K, ..., >= 512K
+  static constexpr double kForget = 0.8;
+
+  // A single-sequence step of `rows` rows whose first row sits at `pos`,
+  // measured `seconds` against `predicted` by the linear price.
+  void observe(int64_t rows, int64_t pos, double seconds, double predicted);
+  // The factor to apply to the linear prediction (1 where nothing is known).
+  double factor(int64_t rows, int64_t pos) const;
+  // Steps recorded for this row count in pos's band (with forgetting).
+  double weight(int64_t rows, int64_t pos) const;
+  static int band(int64_t pos);
+
+ private:
+  struct Cell {
+    double ratio = 1, weight = 0;
+  };
+  Cell cells_[kBands][kMaxRows + 1];
 };
 
 // One decoding sequence: the position of its last (not yet computed) token,
@@ -64,8 +127,14 @@ struct GateSeq {
 // sequences (prefill chunks); they cost time and yield no token this step.
 // Returns the predicted expected visible tokens per second of the chosen
 // step (0 when the price is not positive).
+//
+// With `measured` given and a step of one sequence alone (no other rows),
+// every k in [0, k_cap] is priced as MeasuredVerifyCost says and the best
+// expected tokens per second wins (an exhaustive search: the measured cost
+// need not grow evenly with k, so the marginal rule does not apply).
 double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& price,
-                            int64_t other_rows, double other_attended, std::span<int> k);
+                            int64_t other_rows, double other_attended, std::span<int> k,
+                            const MeasuredVerifyCost* measured = nullptr);
 
 // Expected visible tokens of a verify step with k drafted tokens at
 // per-position acceptance alpha: 1 + α + … + α^k.
