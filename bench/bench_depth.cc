@@ -166,6 +166,11 @@ int main(int argc, char** argv) {
     // after each timed run (a recurrent state cannot be truncated).
     kv::KvGeometry g = m.kv_geometry(kt, vt, 32, 2);
     g.tiled = tiled;
+    // Sliding-window blocks keep every position here (as --swa-full does):
+    // each timed run is rewound to `depth`, which needs the window before it
+    // still held, and the random fill writes the whole depth at once. A
+    // window block's attention reads the same W keys either way.
+    g.window_layers.clear();
     if (!tiled && a.tiled.size() > 1 && !kv::tileable(kt) && !kv::tileable(vt))
       continue;  // --layout both: a format without a tiled layout runs once
     auto cache = kv::KvCache::create(g, max_depth + std::max(a.n_prompt, a.n_gen) + 1);
