@@ -2,6 +2,9 @@
 // three report files; `bench bandwidth`; bad flags.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -365,6 +368,30 @@ TEST(CliBench, ImageCost) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("embeddings of width 128, but the model's width is"), std::string::npos)
       << bad.err;
+}
+
+// bench_depth on a sliding-window model (tiny-gemma3: a 16-token window on 6
+// of 7 blocks), at a depth far past the window, with both fills, a prefill,
+// decode and a verify curve: each timed run is rewound to the depth, which
+// the window pool alone cannot do (it crashed on can_truncate before).
+TEST(BenchDepth, SlidingWindowModelRunsAtDepthsPastTheWindow) {
+  SUSTAIN_REQUIRE_REF();
+  for (const char* fill : {"random", "real"}) {
+    SCOPED_TRACE(fill);
+    const std::string cmd =
+        std::string(SUSTAIN_BENCH_DEPTH) + " -m " + ref_path("models/tiny-gemma3-f32.gguf") +
+        " -d 0,300 -ctk f16 -n 4 -r 1 -p 8 -t 2 --verify 0,2 --fill " + fill + " </dev/null 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int st = pclose(p);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+    EXPECT_NE(out.find("| F16 | F16 | rows | 300 |"), std::string::npos) << out;
+    EXPECT_NE(out.find("| verify | F16 | F16 | 300 | k=2 |"), std::string::npos) << out;
+  }
 }
 
 }  // namespace
