@@ -176,9 +176,9 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
 namespace {
 
 // Weight bytes per work unit of matmul_batch when the job is one token (the
-// row kernel reads each row once): large enough that claiming a unit costs
-// little beside it, small enough that the units of a few experts spread over
-// the threads with no thread left idle for long.
+// row kernel reads each row once). Units are the grain of the split into
+// per-thread runs (adjacent units of one job run as one call), so this only
+// bounds how unevenly the threads' runs can end: about 3 us of work here.
 constexpr size_t kBatchUnitBytes = 64 * 1024;
 
 // One job of a batch, ready to run: its kernel arguments, its kernel, and
