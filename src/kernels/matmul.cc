@@ -32,10 +32,11 @@ constexpr size_t kTileBytes = 192 * 1024;
 // From this many tokens on, unpacking a row tile once (cpu/packed-inl.h) pays
 // (measured with bench_matmul's Batch family, docs/kernels.md): the 32-element
 // formats' tiles are cheap to pack (one scale per block) and beat the row
-// kernel from about 6 tokens; the K-quants' sub-block scales make packing
-// dearer, and the row kernel's 8-token groups stay ahead up to 15.
-constexpr int64_t kPackedMinTokensLegacy = 6;
-constexpr int64_t kPackedMinTokensKQuant = 16;
+// kernel from 4 tokens; the K-quants' sub-block scales make packing dearer,
+// and the row kernel's one group of 8 tokens keeps level up to 8 — from 9 it
+// would take two passes over every row.
+constexpr int64_t kPackedMinTokensLegacy = 4;
+constexpr int64_t kPackedMinTokensKQuant = 9;
 
 size_t align_up(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;

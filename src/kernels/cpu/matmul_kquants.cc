@@ -316,8 +316,8 @@ struct PackK32 {
   }
   template <int NT>
   static void compute(const Packed& p, int64_t k0, int64_t kc, const uint8_t* const* act, int64_t,
-                      __m512* out) {
-    packed_kquant<NT, PackKind::kK32, 0>(p, k0, kc, act, out);
+                      __m512* out, TilePrefetch& pf) {
+    packed_kquant<NT, PackKind::kK32, 0>(p, k0, kc, act, out, pf);
   }
 };
 template <class Fmt>
@@ -337,8 +337,8 @@ struct PackK16 {
   }
   template <int NT>
   static void compute(const Packed& p, int64_t k0, int64_t kc, const uint8_t* const* act, int64_t,
-                      __m512* out) {
-    packed_kquant<NT, PackKind::kK16, Fmt::kOffsetShift>(p, k0, kc, act, out);
+                      __m512* out, TilePrefetch& pf) {
+    packed_kquant<NT, PackKind::kK16, Fmt::kOffsetShift>(p, k0, kc, act, out, pf);
   }
 };
 #endif

@@ -276,8 +276,8 @@ struct PackLegacy {
   }
   template <int NT>
   static void compute(const Packed& p, int64_t k0, int64_t kc, const uint8_t* const* act,
-                      int64_t n_in, __m512* out) {
-    packed_legacy<NT>(p, k0, kc, act, n_in, kOffset, out);
+                      int64_t n_in, __m512* out, TilePrefetch& pf) {
+    packed_legacy<NT>(p, k0, kc, act, n_in, kOffset, out, pf);
   }
 };
 #endif

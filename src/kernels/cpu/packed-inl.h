@@ -53,10 +53,78 @@ inline __m512i bcast4(const int8_t* p) {
   return _mm512_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(p))));
 }
 
+// Packing reads 16 rows' slices one after the other and waits on memory;
+// the tokens' dot products then run from the tile without touching the
+// weights. Left alone the two phases alternate, so for a few tokens (a
+// batched decode step, a verify block) a call costs the weights' DRAM time
+// plus the arithmetic. The slices the walk packs next are asked for into L2
+// while this tile's arithmetic runs, a few lines per block: a burst of all
+// of them at once fills the core's miss buffers and stalls it as the loads
+// did.
+struct TilePrefetch {
+  const char* base = nullptr;  // first row's slice
+  size_t stride = 0;
+  uint64_t bytes = 0;  // per row
+  int rows = 0;
+  int per_step = 0;  // lines per step()
+  int r = 0;
+  uint64_t off = 0;
+
+  // Rows [r0, min(r0 + kPR, row1)), elements [k0, k0 + kc), spread over
+  // `steps` calls of step().
+  TilePrefetch(const MatmulArgs& a, int64_t r0, int64_t row1, int64_t k0, int64_t kc,
+               int64_t steps) {
+    rows = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(kPR, row1 - r0)));
+    if (rows == 0) return;
+    base = reinterpret_cast<const char*>(a.w + r0 * a.w_stride +
+                                         qtype_row_bytes(a.type, static_cast<uint64_t>(k0)));
+    stride = a.w_stride;
+    bytes = qtype_row_bytes(a.type, static_cast<uint64_t>(kc));
+    const int64_t lines = rows * static_cast<int64_t>((bytes + 63) / 64);
+    per_step = static_cast<int>((lines + steps - 1) / std::max<int64_t>(1, steps));
+  }
+  void step() {
+    for (int i = 0; i < per_step && r < rows; ++i) {
+      _mm_prefetch(base + r * stride + off, _MM_HINT_T1);
+      off += 64;
+      if (off >= bytes) off = 0, ++r;
+    }
+  }
+};
+
+// Bytes [e, e + 64) of the 16 code rows into 16 tile vectors: vector k's
+// lane r is dword k of row r. A 16 x 16 transpose of dwords: pairs of rows,
+// then quads, within 128-bit lanes, then the 4 x 4 blocks of lanes.
+inline void interleave16(const uint8_t (*codes)[kKc], int64_t e, uint32_t (*out)[kPR]) {
+  __m512i t[16], u[16];
+  for (int r = 0; r < 16; r += 2) {
+    const __m512i a = _mm512_load_si512(codes[r] + e);
+    const __m512i b = _mm512_load_si512(codes[r + 1] + e);
+    t[r] = _mm512_unpacklo_epi32(a, b);  // lane l: a[4l], b[4l], a[4l+1], b[4l+1]
+    t[r + 1] = _mm512_unpackhi_epi32(a, b);
+  }
+  for (int g = 0; g < 4; ++g) {  // rows 4g..4g+3; u[4g + m] holds dword 4l + m in lane l
+    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i p0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44);
+    const __m512i p1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xEE);
+    const __m512i p2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44);
+    const __m512i p3 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xEE);
+    _mm512_store_si512(out[m], _mm512_shuffle_i32x4(p0, p2, 0x88));
+    _mm512_store_si512(out[4 + m], _mm512_shuffle_i32x4(p0, p2, 0xDD));
+    _mm512_store_si512(out[8 + m], _mm512_shuffle_i32x4(p1, p3, 0x88));
+    _mm512_store_si512(out[12 + m], _mm512_shuffle_i32x4(p1, p3, 0xDD));
+  }
+}
+
 // Legacy formats with Q8_0 activations: sum over the slice's blocks.
 template <int NT>
 inline void packed_legacy(const Packed& p, int64_t k0, int64_t kc, const uint8_t* const* act,
-                          int64_t n_in, int offset, __m512* out) {
+                          int64_t n_in, int offset, __m512* out, TilePrefetch& pf) {
   const BlockQ8_0* a[NT];
   const int32_t* sums[NT];
   const float* da[NT];
@@ -66,6 +134,7 @@ inline void packed_legacy(const Packed& p, int64_t k0, int64_t kc, const uint8_t
     da[t] = reinterpret_cast<const float*>(act[t] + q8_0_scales_offset(n_in)) + k0 / kQK;
   }
   for (int64_t b = 0; b < kc / kQK; ++b) {
+    pf.step();
     __m512i acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm512_set1_epi32(-offset * sums[t][b]);
     for (int k = 0; k < kQK / 4; ++k) {
@@ -84,7 +153,7 @@ inline void packed_legacy(const Packed& p, int64_t k0, int64_t kc, const uint8_t
 // 16 sub-blocks of 16 with a code offset of 1 << kShift.
 template <int NT, PackKind kKind, int kShift>
 inline void packed_kquant(const Packed& p, int64_t k0, int64_t kc, const uint8_t* const* act,
-                          __m512* out) {
+                          __m512* out, TilePrefetch& pf) {
   const BlockQ8_K* a[NT];
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]) + k0 / kQK_K;
   constexpr int kSub = kKind == PackKind::kK32 ? 32 : 16;
@@ -92,6 +161,7 @@ inline void packed_kquant(const Packed& p, int64_t k0, int64_t kc, const uint8_t
     __m512i isum[NT], msum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = msum[t] = _mm512_setzero_si512();
     for (int j = 0; j < kQK_K / kSub; ++j) {
+      if (kSub == 32 || j % 2 == 0) pf.step();  // one step per 32 elements
       __m512i acc[NT];
       for (int t = 0; t < NT; ++t) {
         if constexpr (kKind == PackKind::kK16 && kShift > 0) {
@@ -143,8 +213,16 @@ void run_packed(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, i
       if (nr < kPR) std::memset(&p, 0, sizeof(p) - sizeof(p.q));  // scales of absent rows: 0
       for (int r = 0; r < nr; ++r) Fmt::pack(a.w + (rt + r) * a.w_stride, k0, kc, codes[r], p, r);
       for (int r = nr; r < kPR; ++r) std::memset(codes[r], 0, static_cast<size_t>(kc));
-      for (int64_t k = 0; k < kc / 4; ++k)
+      int64_t k = 0;
+      for (; k + 16 <= kc / 4; k += 16) interleave16(codes, 4 * k, p.q + k);
+      for (; k < kc / 4; ++k)
         for (int r = 0; r < kPR; ++r) p.q[k][r] = load_u32(codes[r] + 4 * k);
+      // What the walk packs next: this tile's next slice, or the next tile's first.
+      const int64_t steps = (tok1 - tok0 + kPackTok - 1) / kPackTok * (kc / kQK);
+      TilePrefetch pf =
+          k0 + kc < a.n_in
+              ? TilePrefetch(a, rt, row1, k0 + kc, std::min<int64_t>(kKc, a.n_in - k0 - kc), steps)
+              : TilePrefetch(a, rt + kPR, row1, 0, std::min<int64_t>(kKc, a.n_in), steps);
       for (int64_t t = tok0; t < tok1; t += kPackTok) {
         const int nt = static_cast<int>(std::min<int64_t>(kPackTok, tok1 - t));
         const uint8_t* act[kPackTok];
@@ -154,16 +232,16 @@ void run_packed(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, i
         for (int i = 0; i < kPackTok; ++i) out[i] = _mm512_setzero_ps();
         switch (nt) {
           case 4:
-            Fmt::template compute<4>(p, k0, kc, act, a.n_in, out);
+            Fmt::template compute<4>(p, k0, kc, act, a.n_in, out, pf);
             break;
           case 3:
-            Fmt::template compute<3>(p, k0, kc, act, a.n_in, out);
+            Fmt::template compute<3>(p, k0, kc, act, a.n_in, out, pf);
             break;
           case 2:
-            Fmt::template compute<2>(p, k0, kc, act, a.n_in, out);
+            Fmt::template compute<2>(p, k0, kc, act, a.n_in, out, pf);
             break;
           default:
-            Fmt::template compute<1>(p, k0, kc, act, a.n_in, out);
+            Fmt::template compute<1>(p, k0, kc, act, a.n_in, out, pf);
             break;
         }
         for (int i = 0; i < nt; ++i) {
