@@ -304,6 +304,16 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
                           &L.ssm_qkv, &L.ssm_gate, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out,
                           &L.nextn_eh_proj, &L.nextn_head})
       need(*v);
+    // q, k, v and gate, up run as batches of one input (transformer.cc),
+    // each quantizing the input once per activation format at worst.
+    auto group = [&](std::initializer_list<const kernels::WeightView*> vs) {
+      size_t sum = 0;
+      for (const auto* v : vs)
+        if (v->data) sum += kernels::matmul_scratch_bytes(v->type, v->n_in, ws.max_tokens);
+      ms = std::max(ms, sum);
+    };
+    group({&L.wq, &L.wk, &L.wv});
+    group({&L.w_gate, &L.w_up});
     // Expert products run in batches (kernels::matmul_batch) of up to
     // expert_group_rows rows; a gate and up batch quantizes the rows twice
     // at worst (when the two differ in activation format).
