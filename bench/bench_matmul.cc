@@ -231,6 +231,32 @@ void BM_QuantizeQ8_0Act_Scalar(benchmark::State& state) {
 }
 BENCHMARK(BM_QuantizeQ8_0Act_Scalar)->Arg(576)->Arg(2048)->Arg(8192);
 
+// One Q8_K activation row (the partner of the K-quants): the vectorised
+// kernel against tensor/'s scalar quantize_q8_k, one thread, n_in.
+void BM_QuantizeQ8_KAct_Simd(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto x = noise(static_cast<size_t>(n), 7);
+  std::vector<uint8_t> out(static_cast<size_t>(n / 256) * sizeof(BlockQ8_K));
+  for (auto _ : state) {
+    cpu::quantize_q8_k_activation(x.data(), out.data(), n);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_QuantizeQ8_KAct_Simd)->Arg(1536)->Arg(2560)->Arg(9728);
+
+void BM_QuantizeQ8_KAct_Scalar(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto x = noise(static_cast<size_t>(n), 7);
+  std::vector<uint8_t> out(static_cast<size_t>(n / 256) * sizeof(BlockQ8_K));
+  for (auto _ : state) {
+    quantize_q8_k(x.data(), out.data(), n);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_QuantizeQ8_KAct_Scalar)->Arg(1536)->Arg(2560)->Arg(9728);
+
 }  // namespace
 }  // namespace sustain::kernels
 

@@ -65,6 +65,10 @@ void quantize_row(QType w, const float* x, uint8_t* out, int64_t n_in) {
     cpu::quantize_q8_0_activation(x, out, n_in, cpu::q8_0_code_offset(w));
     return;
   }
+  if (activation_type(w) == QType::Q8_K) {
+    cpu::quantize_q8_k_activation(x, out, n_in);
+    return;
+  }
   ref::quantize_activation(w, x, out, n_in);
 }
 

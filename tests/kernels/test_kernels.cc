@@ -343,6 +343,60 @@ void expect_rel(const std::vector<float>& got, const std::vector<float>& want, d
 // rows, outliers, exact halves (x / d = k + 0.5, which C's roundf takes away
 // from zero), zeros, subnormals whose 1 / d overflows, infinities, and a NaN
 // at each position of a block.
+// The vectorised Q8_K activation row against tensor/'s quantize_q8_k, byte
+// for byte, on every target: the sign of the first largest-magnitude element
+// (a later element of equal magnitude and the other sign must not win),
+// halves rounding to even, clamping, zeros, subnormals, and blocks with an
+// infinity or a NaN (the scalar code's own results).
+TEST(Elementwise, QuantizeQ8_KActivationIsBitExact) {
+  const int64_t n_in = 512;  // 2 blocks
+  std::vector<std::vector<float>> rows;
+  rows.push_back(random_normal(n_in, 21));
+  rows.push_back(random_with_outliers(n_in, 22));
+  {
+    std::vector<float> r = random_normal(n_in, 23);
+    r[3] = -9.0f, r[10] = 9.0f;             // block 0: the first, negative, sets the sign
+    r[256 + 7] = 9.0f, r[256 + 8] = -9.0f;  // block 1: the first, positive
+    rows.push_back(r);
+  }
+  {
+    std::vector<float> r(n_in);  // iscale = 1 (max = -127): every code a half
+    for (int64_t i = 0; i < n_in; ++i) r[i] = static_cast<float>(i % 200) - 99.5f;
+    r[0] = r[256] = -127.0f;
+    rows.push_back(r);
+  }
+  rows.push_back(std::vector<float>(n_in, 0.0f));
+  {
+    std::vector<float> r(n_in, 1e-44f);
+    r[3] = -1e-45f;
+    r[300] = 3e-39f;
+    rows.push_back(r);
+  }
+  {
+    std::vector<float> r = random_normal(n_in, 24);
+    r[5] = INFINITY;
+    r[300] = 3e38f;
+    r[301] = -3e38f;
+    rows.push_back(r);
+  }
+  for (int pos : {0, 15, 16, 255}) {
+    std::vector<float> r = random_normal(n_in, 25 + pos);
+    r[256 + pos] = NAN;
+    rows.push_back(r);
+  }
+  const size_t bytes = static_cast<size_t>(n_in / 256) * sizeof(BlockQ8_K);
+  for (size_t ri = 0; ri < rows.size(); ++ri) {
+    std::vector<uint8_t> want(bytes, 0);
+    quantize_q8_k(rows[ri].data(), want.data(), n_in);
+    for_each_target([&] {
+      std::vector<uint8_t> got(bytes, 0xAB);
+      cpu::quantize_q8_k_activation(rows[ri].data(), got.data(), n_in);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), bytes), 0) << "row " << ri;
+    });
+    if (HasFailure()) return;
+  }
+}
+
 TEST(Elementwise, QuantizeQ8_0ActivationIsBitExact) {
   const int64_t n_in = 160;  // 5 blocks
   std::vector<std::vector<float>> rows;

@@ -7,6 +7,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <cmath>
+#include <cstring>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -200,6 +201,68 @@ void QuantizeQ8_0Act(const float* x, uint8_t* out, int64_t n_in, int code_offset
   }
 }
 
+// One activation row of Q8_K blocks (the partner of the K-quants), bit for
+// bit what tensor/'s quantize_q8_k writes: per block of 256 the first
+// element of largest magnitude, max, sets iscale = -127 / max; codes are
+// clamp(iscale · x, -128, 127) rounded half to even (the scalar code's
+// magic-number add, done here the same way), bsums the sums of 16 codes,
+// d = 1 / iscale. A block holding a NaN or an infinity goes to the scalar
+// code (whose comparisons skip NaNs and whose iscale of -0 makes NaN codes).
+void QuantizeQ8_KAct(const float* x, uint8_t* out, int64_t n_in) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<int8_t, decltype(d)> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  auto* blocks = reinterpret_cast<BlockQ8_K*>(out);
+  const auto lo = hn::Set(d, -128.0f), hi = hn::Set(d, 127.0f);
+  const auto magic = hn::Set(d, 12582912.0f);
+  const auto inf = hn::Set(d, INFINITY);
+  for (int64_t b = 0; b < n_in / kQK_K; ++b) {
+    const float* xb = x + b * kQK_K;
+    BlockQ8_K& blk = blocks[b];
+    bool scalar = N > 16 || kQK_K % N != 0;  // bsums need whole vectors of 16 at most
+    auto amax = hn::Zero(d);
+    for (int64_t j = 0; !scalar && j < kQK_K; j += N) {
+      const auto a = hn::Abs(hn::LoadU(d, xb + j));
+      if (!hn::AllTrue(d, hn::Lt(a, inf))) scalar = true;  // NaN or infinity
+      amax = hn::Max(amax, a);
+    }
+    if (scalar) {
+      quantize_q8_k(xb, &blk, kQK_K);
+      continue;
+    }
+    const float m = hn::GetLane(hn::MaxOfLanes(d, amax));
+    if (m == 0.0f) {
+      std::memset(&blk, 0, sizeof(blk));
+      continue;
+    }
+    // The first element whose magnitude is the block's largest, with its sign.
+    float max = 0.0f;
+    const auto vm = hn::Set(d, m);
+    for (int64_t j = 0; j < kQK_K; j += N) {
+      const intptr_t k = hn::FindFirstTrue(d, hn::Eq(hn::Abs(hn::LoadU(d, xb + j)), vm));
+      if (k >= 0) {
+        max = xb[j + k];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const auto vis = hn::Set(d, iscale);
+    for (int64_t j = 0; j < kQK_K; j += N) {
+      auto v = hn::Mul(vis, hn::LoadU(d, xb + j));
+      v = hn::Min(hi, hn::Max(lo, v));
+      v = hn::Sub(hn::Add(v, magic), magic);
+      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, v)), d8, blk.qs + j);
+    }
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      int sum = 0;
+      for (int l = 0; l < 16; ++l) sum += blk.qs[16 * j + l];
+      blk.bsums[j] = static_cast<int16_t>(sum);
+    }
+    blk.d = 1 / iscale;
+  }
+}
+
 }  // namespace sustain::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -216,6 +279,12 @@ HWY_EXPORT(QuantizeQ8_0Act);
 
 void quantize_q8_0_activation(const float* x, uint8_t* out, int64_t n_in, int code_offset) {
   HWY_DYNAMIC_DISPATCH(QuantizeQ8_0Act)(x, out, n_in, code_offset);
+}
+
+HWY_EXPORT(QuantizeQ8_KAct);
+
+void quantize_q8_k_activation(const float* x, uint8_t* out, int64_t n_in) {
+  HWY_DYNAMIC_DISPATCH(QuantizeQ8_KAct)(x, out, n_in);
 }
 
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps) {

@@ -70,6 +70,8 @@ TileFn kquant_packed_tile(QType t);  // Q3_K .. Q6_K (not Q2_K: its mins per 16)
 // quantize_q8_0) plus those sums; vectorised, as batched decode quantizes a
 // row per token for every matmul.
 void quantize_q8_0_activation(const float* x, uint8_t* out, int64_t n_in, int code_offset);
+// One activation row of Q8_K blocks, byte for byte tensor/'s quantize_q8_k.
+void quantize_q8_k_activation(const float* x, uint8_t* out, int64_t n_in);
 
 // Elementwise ops (dispatched).
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);
