@@ -149,9 +149,12 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
   const int kvl =
       (o.kv_layer >= 0 ? o.kv_layer : layer) - (ws.stage ? ws.stage->kv_layer_begin : 0);
   norm_rows(ws.x.data(), L.attn_norm, ws.cur.data(), T, d, c.rms_eps);
+  // With an output gate, q's matrix yields per head h the query at
+  // [2h·hd, 2h·hd + hd) and its gate in the next hd.
+  float* q_out = o.out_gate ? ws.q_gate.data() : ws.q.data();
+  matmul_same_input({{&L.wq, q_out}, {&L.wk, ws.k.data()}, {&L.wv, ws.v.data()}}, ws.cur.data(), T,
+                    ws, pool);
   if (o.out_gate) {
-    // Per head h: outputs [2h·hd, 2h·hd + hd) are its query, the next hd its gate.
-    matmul(L.wq, ws.cur.data(), T, ws.q_gate.data(), ws, pool);
     const int64_t hd = c.head_dim_k;
     for (int64_t i = 0; i < T; ++i)
       for (int64_t h = 0; h < c.n_head; ++h) {
@@ -159,12 +162,6 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
         std::copy_n(src, hd, ws.q.data() + i * qd + h * hd);
         std::copy_n(src + hd, hd, ws.attn_gate.data() + i * qd + h * hd);
       }
-  }
-  if (o.out_gate) {
-    matmul_same_input({{&L.wk, ws.k.data()}, {&L.wv, ws.v.data()}}, ws.cur.data(), T, ws, pool);
-  } else {
-    matmul_same_input({{&L.wq, ws.q.data()}, {&L.wk, ws.k.data()}, {&L.wv, ws.v.data()}},
-                      ws.cur.data(), T, ws, pool);
   }
   if (o.qkv_bias) {
     kernels::add_bias(ws.q.data(), L.bq.data(), T, qd);
