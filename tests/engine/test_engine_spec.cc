@@ -377,9 +377,12 @@ TEST(EngineSpec, TheNgramPoolCarriesOneRequestsTextToTheNext) {
   EXPECT_GT(accepted[1], accepted[0] + 10);
 }
 
-// The gate: with a proposer that is always right it drafts long (on a model
-// this small a step is mostly fixed cost, so more rows are nearly free);
-// with one that is never right it drafts short or not at all.
+// The gate: with a proposer that is always right most tokens come from
+// accepted drafts of more than two tokens; with one that is never right it
+// drafts one token at a time at most. How long the right proposer's drafts get depends on
+// how this machine's step cost grows with rows (the gate prices measured
+// steps), so the test bounds token counts, not a machine's best k: an idle
+// 2-core Zen 4 drafted 3.4 tokens a step here where loaded CI runs passed 4.
 TEST(EngineSpec, GateDraftsWhenItPaysAndStopsWhenItDoesNot) {
   SUSTAIN_REQUIRE_REF();
   const std::string model = ref_model("aidreams260K-f32.gguf");
@@ -411,13 +414,16 @@ TEST(EngineSpec, GateDraftsWhenItPaysAndStopsWhenItDoesNot) {
     if (std::string(type) == "oracle:1") {
       // Most tokens come from accepted drafts, long ones.
       EXPECT_GT(again.usage.spec_accepted, n / 2);
-      EXPECT_GT(k_mean, 4.0);
+      EXPECT_GT(k_mean, 2.0);
     } else {
-      // After the first steps, short drafts only: a one-token draft at a
-      // small estimated acceptance may still pay where a row costs a small
-      // share of the step, as on a model this small; longer ones do not.
+      // After the first steps (which learn the price), one-token drafts at
+      // most: where a row costs a small share of the step (a loaded
+      // machine, a model this small) a one-token draft at a small estimated
+      // acceptance may still pay, longer ones do not. So the tokens drafted
+      // beyond the first of each verify step are few (loaded: 7 of 40-62;
+      // idle: 8 of 14), where drafting in full would be 7 a step.
       EXPECT_GT(st.spec_gate_skipped + st.spec_gate_probes, 0u);
-      EXPECT_LT(k_mean, 2.0);
+      EXPECT_LE(again.usage.spec_drafted - again.usage.spec_steps, n / 8);
     }
     EXPECT_EQ(st.kv_pages_used, 0);
   }

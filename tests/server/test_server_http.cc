@@ -192,8 +192,13 @@ TEST(ServerHttp, StopStringsAreNeverSent) {
   }
 }
 
+// Exact replay of sampled text across batch compositions (request a's choices
+// prefill the prompt, b's find it cached; choice 2 against a request alone)
+// is what --deterministic promises: without it the kernels for a batch of 4+
+// rows (Q8_0/Q4_0/Q5_0) or 9+ (K-quants) round differently from one row's,
+// and a temperature-1 sample near a boundary may flip (engine.md, Determinism).
 TEST(ServerHttp, SeedsChoicesAndLogprobs) {
-  SUSTAIN_START_SERVER(srv, "-c 512 -np 4");
+  SUSTAIN_START_SERVER(srv, "-c 512 -np 4 --deterministic");
   auto c = srv->client();
   json body = {{"prompt", "Random"}, {"max_tokens", 8}, {"temperature", 1.0},
                {"seed", 42},         {"n", 3},          {"ignore_eos", true}};
