@@ -189,6 +189,7 @@ void KvCache::unshare_last(Pool& p, std::vector<int32_t>& pages, int64_t n_token
   if (p.refcount[size_t(last)] <= 1) return;
   const int32_t copy = take(p);
   copy_page(p, layer_bytes_, last, copy);
+  if (log_copies_) copies_.push_back({last, copy, &p == &w_});
   --p.refcount[size_t(last)];
   last = copy;
 }
@@ -266,6 +267,15 @@ void KvCache::copy_page(Pool& p, size_t layer_bytes, int32_t from, int32_t to) {
     std::memcpy(p.data.get() + layer_bytes * size_t(to) + p.layer_stride * size_t(l),
                 p.data.get() + layer_bytes * size_t(from) + p.layer_stride * size_t(l),
                 layer_bytes);
+}
+
+Status KvCache::apply_copy(const PageCopy& c) {
+  Pool& p = c.window ? w_ : m_;
+  if (c.from < 0 || c.from >= p.n_pages || c.to < 0 || c.to >= p.n_pages)
+    return error(Code::kInvalidArgument, "KV page copy {} -> {} outside a pool of {} pages", c.from,
+                 c.to, p.n_pages);
+  copy_page(p, layer_bytes_, c.from, c.to);
+  return Status::ok();
 }
 
 void KvCache::truncate(PageTable& t, int64_t n_tokens) {

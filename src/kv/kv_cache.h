@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -141,6 +142,13 @@ struct PageTable {
   int64_t window_from = 0;
 };
 
+// A page's contents copied to another page of the same pool (copy on
+// write), as KvCache logs it for a cache that mirrors this one.
+struct PageCopy {
+  int32_t from = 0, to = 0;
+  bool window = false;  // in the window pool
+};
+
 // Unmaps the page pool.
 struct PoolDeleter {
   size_t bytes = 0;
@@ -230,6 +238,17 @@ class KvCache {
     return layer_base(page, layer) + head_bytes_ * head + k_block_bytes_;
   }
 
+  // Mirroring (engine over ranks, docs/split.md): another process holds a
+  // cache of its own layers or heads with the same page ids, and runs the
+  // same steps over the page tables this one hands out. The only contents
+  // that change outside a forward step are copy-on-write copies: with
+  // logging on, reserve() records them, take_copies() hands them over, and
+  // the mirror applies each with apply_copy() before the step.
+  void log_copies(bool on) { log_copies_ = on; }
+  std::vector<PageCopy> take_copies() { return std::exchange(copies_, {}); }
+  // kInvalidArgument for a page id outside the pool.
+  Status apply_copy(const PageCopy& c);
+
   // Quantizes and stores one token's K and V (n_head_kv * head_dim floats
   // each) for `layer` at position `pos` of `t`.
   void store(const PageTable& t, int layer, int64_t pos, const float* k, const float* v);
@@ -272,6 +291,8 @@ class KvCache {
   std::vector<int> layer_slot_;        // per KV layer: its index within its pool
   std::vector<uint8_t> row_buf_;       // a quantized row on its way to a tiled block
   StatePool states_;
+  bool log_copies_ = false;
+  std::vector<PageCopy> copies_;
 };
 
 }  // namespace sustain::kv

@@ -440,5 +440,37 @@ TEST(KvWindowPool, SharedPartlyFilledWindowPageIsCopiedBeforeWriting) {
   EXPECT_EQ(c->n_free_window_pages(), c->n_window_pages());
 }
 
+// A cache that mirrors another (an engine over ranks: same page ids, its own
+// layers) gets the copy-on-write copies the first made, in both pools, and
+// then holds the same rows under the copied pages.
+TEST(KvWindowPool, LoggedCopiesReplayOnAMirror) {
+  const KvGeometry g = window_geometry(8);
+  auto c = KvCache::create(g, 1000);
+  auto mirror = KvCache::create(g, 1000);
+  ASSERT_TRUE(c && mirror);
+  c->log_copies(true);
+  PageTable a;
+  ASSERT_TRUE(c->reserve(a, 8).is_ok());
+  for (int64_t p = 0; p < 8; ++p) {
+    store_pos(*c, a, p);
+    store_pos(*mirror, a, p);  // the mirror computes the same rows
+  }
+  EXPECT_TRUE(c->take_copies().empty());
+  PageTable b = a;
+  c->retain(b.pages[0]);
+  c->retain_window(b.window_pages[0]);
+  ASSERT_TRUE(c->reserve(b, 1).is_ok());
+  const std::vector<PageCopy> copies = c->take_copies();
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_TRUE(c->take_copies().empty());
+  for (const PageCopy& x : copies) ASSERT_TRUE(mirror->apply_copy(x).is_ok());
+  for (int64_t p = 0; p < 8; ++p) {
+    EXPECT_EQ(stored_k(*mirror, b, 1, p), float(p * 10 + 1)) << p;  // the main pool's layer
+    EXPECT_EQ(stored_k(*mirror, b, 2, p), float(p * 10 + 2)) << p;  // a window layer
+  }
+  EXPECT_FALSE(mirror->apply_copy({0, mirror->n_pages(), false}).is_ok());
+  EXPECT_FALSE(mirror->apply_copy({-1, 0, true}).is_ok());
+}
+
 }  // namespace
 }  // namespace sustain::kv
