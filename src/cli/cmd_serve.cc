@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/file_io.h"
 #include "cli/model_session.h"
+#include "cli/ranks.h"
 #include "cli/serving_flags.h"
 #include "cli/spec_flags.h"
 
@@ -47,6 +49,7 @@ struct ServeArgs {
   int32_t state_snapshots = -1;
   SpecArgs spec;
   ServingArgs serving;
+  SplitArgs split;
   int32_t state_snapshot_interval = 1024;
   bool deterministic = false;
   int max_n = 8;
@@ -67,8 +70,20 @@ std::string file_stem(const std::string& path) {
   return dot == std::string::npos ? name : name.substr(0, dot);
 }
 
-int run_serve(const ServeArgs& a) {
+// SIGINT and SIGTERM, which the server takes in a thread of its own.
+sigset_t serve_signals() {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  return sigs;
+}
+
+// Rank 0 of a job over ranks (or the only process): the server. `ranks` is
+// null for one process.
+int serve_main(const ServeArgs& a, const engine::EngineRanks* ranks) {
   engine::EngineConfig ec;
+  ec.ranks = ranks;
   ec.model_path = a.m.model;
   ec.n_threads = a.m.threads;
   ec.n_ctx = a.m.ctx;
@@ -134,12 +149,9 @@ int run_serve(const ServeArgs& a) {
   }
 
   // Signals go to one thread that stops the server; every other thread
-  // (created after this) inherits the blocked mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // inherits the blocked mask (run_serve blocked them before any thread,
+  // MPI's included, was created).
+  sigset_t sigs = serve_signals();
 
   server::Server srv(sc);
   auto port = srv.bind();
@@ -157,9 +169,25 @@ int run_serve(const ServeArgs& a) {
   std::atomic<int> cut_off{-1};
   std::atomic<bool> stopped{false};  // the signal thread is done with srv
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout_s * 1000));
-  std::thread signals([&srv, &cut_off, &stopped, sigs, grace] {
+  const bool split = ranks != nullptr;
+  std::thread signals([&srv, &cut_off, &stopped, sigs, grace, split] {
     int sig = 0;
     sigwait(&sigs, &sig);
+    if (split && (sig == SIGINT || sig == SIGTERM)) {
+      // Over ranks a signal means the job is ending: mpirun sends it when a
+      // rank exits (or it was interrupted itself) and follows with SIGKILL
+      // within a second, and the step loop may be waiting on a rank that is
+      // gone. Running requests get their 503 now, then the process ends.
+      std::fprintf(stderr,
+                   "sustain serve: %s: the job over ranks is ending (a rank exited or mpirun was "
+                   "stopped); ending the running requests with an error\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM");
+      srv.drain(std::chrono::milliseconds(0),
+                "the model's ranks stopped before this request finished (a rank of the --split "
+                "job exited, or the job was stopped); it was cancelled");
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
     if (sig == SIGINT || sig == SIGTERM) {
       std::fprintf(stderr, "sustain serve: %s: draining (up to %.1f s)\n",
                    sig == SIGINT ? "SIGINT" : "SIGTERM", grace.count() / 1000.0);
@@ -204,6 +232,29 @@ int run_serve(const ServeArgs& a) {
     std::fprintf(stderr, "sustain serve: stopped; %d request(s) cut off at the deadline\n", n);
   }
   return 0;
+}
+
+int run_serve(const ServeArgs& a) {
+  // The server's signals are blocked before anything starts a thread: MPI
+  // starts its own, and a signal the kernel hands to one of those would end
+  // the process before the server could answer its requests. Followers
+  // (ranks > 0) keep the default: mpirun's SIGTERM ends them.
+  if (dist::launch_from_env().rank == 0) {
+    const sigset_t sigs = serve_signals();
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  }
+  auto r = open_ranks(a.split, a.m.model);
+  if (!r) return fail_launch(r.status());
+  Ranks& ranks = **r;
+  if (ranks.size() <= 1) return serve_main(a, nullptr);
+  const engine::EngineRanks er = engine_ranks(ranks);
+  if (ranks.follower()) {
+    Status st = engine::follow_engines(er);
+    if (!st)
+      std::fprintf(stderr, "sustain: error: rank %d: %s\n", ranks.rank(), st.message().c_str());
+    return finish_engine_ranks(ranks, st ? 0 : 1);
+  }
+  return finish_engine_ranks(ranks, serve_main(a, &er));
 }
 
 }  // namespace
@@ -278,6 +329,7 @@ Runner add_serve(CLI::App& app) {
                 "context, as the global layers' (by default they keep only their windows)");
   add_spec_flags(sub, a->spec);
   add_serving_flags(sub, a->serving);
+  add_split_flags(sub, a->split);
   sub->add_option("--state-snapshots", a->state_snapshots,
                   "hybrid models (qwen35): recurrent-state snapshots kept for prefix reuse "
                   "(least recently used replaced); -1 = 4 x --parallel, 0 = none")

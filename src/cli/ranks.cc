@@ -186,6 +186,24 @@ int finish_ranks(Ranks& r, int rc) {
   return rc;
 }
 
+engine::EngineRanks engine_ranks(Ranks& r) {
+  engine::EngineRanks e;
+  e.comm = r.comm.get();
+  e.stage = &r.stage;
+  e.shard = r.shard();
+  return e;
+}
+
+int finish_engine_ranks(Ranks& r, int rc) {
+  if (r.size() <= 1) return rc;
+  if (r.follower()) {
+    if (rc != 0) r.comm->abort(rc);
+    return rc;
+  }
+  if (Status st = engine::end_followers(engine_ranks(r)); !st) r.comm->abort(1);
+  return rc;
+}
+
 Status broadcast_step(Ranks& r, Step& s) {
   if (r.size() <= 1) return Status::ok();
   // [stop, all_logits, batch, tokens...]: int32 is enough, -b is at most 65536.

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "dist/comm.h"
+#include "engine/ranks.h"
 #include "model/shard.h"
 #include "model/stage.h"
 
@@ -59,6 +60,13 @@ int fail_launch(const Status& st);
 // or in the middle of a step ends the whole job (MPI_Abort), so no rank
 // waits for a message that will not come. Returns the exit code.
 int finish_ranks(Ranks& r, int rc);
+
+// The commands that run an Engine (serve, bench) over ranks: rank 0 sets
+// EngineConfig::ranks to engine_ranks(r) (null for one rank), the others
+// call follow_engines with it; finish_engine_ranks ends the job as
+// finish_ranks does, with the engine's end message.
+engine::EngineRanks engine_ranks(Ranks& r);
+int finish_engine_ranks(Ranks& r, int rc);
 
 // The message rank 0 broadcasts before each forward step: what to feed.
 struct Step {

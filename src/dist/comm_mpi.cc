@@ -199,9 +199,12 @@ Expected<std::unique_ptr<Comm>> mpi_comm() {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) {
-    // Only the main thread calls MPI; the thread pool never does.
+    // One thread calls MPI at a time, but not always the main one: an
+    // engine over ranks makes its calls from its step loop's thread (the
+    // main thread only before it starts and after it stops). The thread
+    // pool never calls MPI.
     int provided = 0;
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       return error(Code::kUnavailable, "MPI_Init failed");
   }
   int rank = 0, size = 1;

@@ -35,6 +35,8 @@
 
 namespace sustain::engine {
 
+struct EngineRanks;  // engine/ranks.h
+
 using Clock = std::chrono::steady_clock;
 
 // EngineConfig::tpot_target_ms: the target follows the step's own cost.
@@ -98,6 +100,11 @@ struct EngineConfig {
   // A proposer of the caller's, asked before the configured ones (tests and
   // measurements: an oracle of known continuations). Shared by all sequences.
   std::shared_ptr<spec::Proposer> extra_proposer;
+  // One model over the ranks of an mpirun job (engine/ranks.h; null: this
+  // process alone). Set on rank 0, whose engine then drives the followers;
+  // the caller keeps it alive as long as the engine. Not with speculation,
+  // nor for hybrid (recurrent) models yet.
+  const EngineRanks* ranks = nullptr;
 };
 
 // Snapshots the prefix cache keeps, of a hybrid model's recurrent state or

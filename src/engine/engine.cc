@@ -7,6 +7,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "engine/ranks.h"
+#include "engine/relay.h"
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
 
@@ -41,46 +43,48 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   if (c.page_tokens < 1 || c.page_tokens > 4096)
     return error(Code::kInvalidArgument, "engine: page size must be in [1, 4096] tokens, got {}", c.page_tokens);
 
-  std::unique_ptr<Engine> e(new Engine(c));
-  SUSTAIN_ASSIGN_OR_RETURN(e->model_, Model::load(c.model_path));
-  SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(e->model_->file()));
-  e->tok_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
+  if (c.ranks != nullptr && (c.spec.enabled() || c.extra_proposer))
+    return error(Code::kUnsupported,
+                 "engine: speculative decoding (--spec) over ranks (--split) is not built yet");
 
+  std::unique_ptr<Engine> e(new Engine(c));
   SUSTAIN_TRY(spec::validate(c.spec));
-  // Hybrid models: one recurrent-state slot per running sequence, and with
-  // speculation one more each for the state before a verify step.
-  const bool spec_on = c.spec.enabled() || c.extra_proposer;
-  const int slots = c.n_parallel * (spec_on ? 2 : 1);
-  kv::KvGeometry g = e->model_->kv_geometry(c.k_type, c.v_type, c.page_tokens, slots);
-  g.tiled = c.kv_tiled;
-  // Sliding-window layers: each sequence reserves at most a step's tokens
-  // at a time (a prefill chunk of -b, an image of up to -ub run whole, or a
-  // verify block); the prefix cache keeps its window snapshots beside them
-  // (PrefixCache::save_state).
-  if (c.swa_full) g.window_layers.clear();
-  g.window_seqs = c.n_parallel;
-  g.window_step = static_cast<int32_t>(std::min<int64_t>(
-      std::max<int64_t>({c.batch_tokens, c.ubatch_tokens, int64_t{c.spec.draft_max} + 1}),
-      c.n_ctx));
-  g.window_snapshots = c.prefix_cache ? prefix_snapshots(c) : 0;
-  int64_t pool_tokens = c.kv_tokens > 0 ? c.kv_tokens : c.n_ctx * c.n_parallel;
-  if (c.kv_budget_bytes > 0) {
-    const int64_t pages = c.kv_budget_bytes / static_cast<int64_t>(g.page_bytes());
-    pool_tokens = pages * g.page_tokens;
-    if (pool_tokens < c.n_ctx)
-      return error(Code::kOutOfMemory,
-                   "--kv-budget {} bytes holds {} tokens of KV ({} bytes per token with K {} and V "
-                   "{}, pages of {} tokens), fewer than the context of {} tokens, which needs {} "
-                   "bytes; the largest context that fits is {} tokens",
-                   c.kv_budget_bytes, pool_tokens, g.bytes_per_token(), qtype_name(c.k_type),
-                   qtype_name(c.v_type), g.page_tokens, c.n_ctx, g.pool_bytes(c.n_ctx),
-                   pool_tokens);
-  } else if (pool_tokens < c.n_ctx) {
-    return error(Code::kInvalidArgument, "engine: a KV pool of {} tokens cannot hold one sequence of the context ({} tokens)",
-               pool_tokens, c.n_ctx);
+  if (c.ranks == nullptr) {
+    SUSTAIN_ASSIGN_OR_RETURN(e->model_, Model::load(c.model_path));
+    SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(e->model_->file()));
+    e->tok_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
+    SUSTAIN_ASSIGN_OR_RETURN(relay::KvSetup setup, relay::kv_setup(*e->model_, c, nullptr));
+    SUSTAIN_ASSIGN_OR_RETURN(auto impl, Scheduler::create(*e, setup.g, setup.pool_tokens));
+    e->impl_ = std::move(impl);
+    e->impl_->start();
+    return e;
   }
-  SUSTAIN_ASSIGN_OR_RETURN(auto impl, Scheduler::create(*e, g, pool_tokens));
-  e->impl_ = std::move(impl);
+
+  // Over ranks: every rank loads its part and sizes its pool; the pool is
+  // the fewest tokens any rank holds, so page ids mean the same everywhere.
+  Expected<relay::KvSetup> setup = Status::ok();
+  auto model = Model::load(c.model_path, c.ranks->shard);
+  if (model) {
+    e->model_ = std::move(*model);
+    if (e->model_->config().n_recurrent_layer() > 0)
+      setup = error(Code::kUnsupported,
+                    "engine: a hybrid (recurrent) model over ranks (--split) is not built yet "
+                    "for serve and bench; run and logits take it");
+    else
+      setup = relay::kv_setup(*e->model_, c, c.ranks->stage);
+  } else {
+    setup = model.status();
+  }
+  int64_t pool_tokens = 0;
+  SUSTAIN_TRY(relay::open_followers(*c.ranks, c, setup, &pool_tokens));
+  auto tok = tokenizer::Tokenizer::from_gguf(e->model_->file());
+  Expected<std::unique_ptr<Scheduler>> impl = tok.status();
+  if (tok) {
+    e->tok_ = std::make_unique<tokenizer::Tokenizer>(std::move(*tok));
+    impl = Scheduler::create(*e, setup->g, pool_tokens);
+  }
+  SUSTAIN_TRY(relay::confirm_followers(*c.ranks, impl.status()));
+  e->impl_ = std::move(*impl);
   e->impl_->start();
   return e;
 }

@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+
+#include "dist/comm.h"
+#include "engine/ranks.h"
+#include "engine/relay.h"
 
 namespace sustain::engine {
 namespace {
@@ -83,6 +88,8 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
   const EngineConfig& c = e.config_;
   SUSTAIN_ASSIGN_OR_RETURN(auto cache, kv::KvCache::create(g, pool_tokens));
   s->cache.emplace(std::move(cache));
+  // Over ranks the followers mirror this cache's copies (relay.h).
+  if (c.ranks != nullptr) s->cache->log_copies(true);
   if (c.prefix_cache) {
     // Hybrid models resume a cached prefix from a recurrent-state snapshot.
     s->prefix = std::make_unique<kv::PrefixCache>(*s->cache, prefix_snapshots(c));
@@ -143,6 +150,12 @@ void Scheduler::shutdown() {
   stopping.store(true);
   waker->notify();
   thread.join();
+  if (const EngineRanks* r = cfg().ranks; r != nullptr) {
+    if (Status st = relay::close_followers(*r); !st) {
+      std::fprintf(stderr, "sustain: error: engine over ranks: %s\n", st.message().c_str());
+      r->comm->abort(1);
+    }
+  }
 }
 
 Expected<Stream> Scheduler::submit(Request r) {
@@ -808,8 +821,23 @@ bool Scheduler::step() {
                                 si, p, want});
       }
     }
-    return engine.model_->forward(batch, *cache, ws, *pool, logits.data(), nullptr,
-                                  hidden_users.empty() ? nullptr : hidden_rows.data());
+    const EngineRanks* r = cfg().ranks;
+    if (r == nullptr)
+      return engine.model_->forward(batch, *cache, ws, *pool, logits.data(), nullptr,
+                                    hidden_users.empty() ? nullptr : hidden_rows.data());
+    // Over ranks: every rank runs the step, and a rank 0 that fails inside
+    // it would leave the others waiting for its hand-off or all-reduce, so
+    // any failure ends the job (the server answers nothing more).
+    Status st = relay::send_step(*r, batch, cache->take_copies(), engine.model_->config().n_embd);
+    if (st)
+      st = engine.model_->forward(batch, *cache, ws, *pool, logits.data(), nullptr, nullptr,
+                                  r->stage);
+    if (st) st = relay::recv_logits(*r, logits.data(), batch.n_logits() * n_vocab);
+    if (!st) {
+      std::fprintf(stderr, "sustain: error: engine over ranks: %s\n", st.message().c_str());
+      r->comm->abort(1);
+    }
+    return st;
   };
   // Proposers that draft from the target's hidden states (mtp) see what
   // each sequence still running computed: its verified positions.

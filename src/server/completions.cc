@@ -230,8 +230,10 @@ void run_blocking(ServerState& s, Job& job, httplib::Response& res) {
     if (!job.gen->done() && s.aborting.load()) {
       job.gen->cancel();
       send_error(s, res,
-                 shutting_down("the server shut down before this request finished; it was "
-                               "cancelled"));
+                 shutting_down(s.abort_reason.empty()
+                                   ? "the server shut down before this request finished; it was "
+                                     "cancelled"
+                                   : s.abort_reason));
       return;
     }
   }
@@ -267,9 +269,10 @@ bool stream_step(ServerState& s, Job& job, httplib::DataSink& sink) {
   if (s.aborting.load()) {
     // The shutdown deadline passed: a final error event, then the end.
     job.gen->cancel();
-    const ApiError e = shutting_down(
-        "the server shut down before this stream finished; it was "
-        "cancelled");
+    const ApiError e =
+        shutting_down(s.abort_reason.empty() ? "the server shut down before this stream finished; "
+                                               "it was cancelled"
+                                             : s.abort_reason);
     write("data: " + error_body(e) + "\n\n");
     job.finished_stream = true;
     sink.done();

@@ -345,8 +345,9 @@ void Server::stop() {
   if (impl_->http.is_running()) impl_->http.stop();
 }
 
-int Server::drain(std::chrono::milliseconds grace) {
+int Server::drain(std::chrono::milliseconds grace, std::string reason) {
   ServerState& s = impl_->state;
+  if (!reason.empty() && !s.aborting.load()) s.abort_reason = std::move(reason);
   s.draining = true;
   auto wait_idle = [&s](std::chrono::milliseconds limit) {
     const auto until = std::chrono::steady_clock::now() + limit;

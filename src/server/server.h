@@ -71,8 +71,9 @@ class Server {
   // completions get 503 ("shutting_down") and /health 503 at once; requests
   // already running may finish within `grace`; those still running then end
   // with an error (a final SSE error event for a stream). Returns how many
-  // were cut off.
-  int drain(std::chrono::milliseconds grace);
+  // were cut off. `reason` (optional) replaces the error's usual message:
+  // why the server could not finish them.
+  int drain(std::chrono::milliseconds grace, std::string reason = {});
 
  private:
   struct Impl;

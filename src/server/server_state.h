@@ -55,6 +55,9 @@ struct ServerState {
   // (a final SSE error event for streams). `active` counts the completions
   // between their admission and the end of their response.
   std::atomic<bool> draining{false}, aborting{false};
+  // Why running requests were cut off, when not the usual shutdown (written
+  // once, before `aborting` is set).
+  std::string abort_reason;
   std::atomic<int> active{0};
   // The vocabulary's token bytes sorted for grammar masks: built on the
   // first constrained request (a 150K vocabulary takes a moment), then shared.

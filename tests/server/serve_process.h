@@ -88,9 +88,11 @@ inline std::optional<std::string> run_shell(const std::string& cmd, int* code) {
 class ServeProcess {
  public:
   // `args` follow `sustain serve -m MODEL --port 0 -t 2`; MODEL is
-  // server_model() unless `model` is given.
+  // server_model() unless `model` is given. `launcher` (e.g. an mpirun
+  // line) goes before the binary, and then each rank gets -t 1.
   static std::unique_ptr<ServeProcess> start(const std::string& args, std::string* why,
-                                             const std::string& model = "") {
+                                             const std::string& model = "",
+                                             const std::string& launcher = "") {
     auto p = std::unique_ptr<ServeProcess>(new ServeProcess());
     int fds[2];
     if (pipe(fds) != 0) {
@@ -100,9 +102,10 @@ class ServeProcess {
     static int counter = 0;
     p->err_path_ = tmp_path("serve_stderr_" + std::to_string(getpid()) + "_" +
                             std::to_string(counter++) + ".txt");
-    const std::string cmd = "exec " + std::string(SUSTAIN_BINARY) + " serve -m " +
-                            (model.empty() ? server_model() : model) + " --port 0 -t 2 " + args +
-                            " </dev/null 2>" + p->err_path_;
+    const std::string cmd = "exec " + launcher + std::string(SUSTAIN_BINARY) + " serve -m " +
+                            (model.empty() ? server_model() : model) + " --port 0 -t " +
+                            (launcher.empty() ? "2 " : "1 ") + args + " </dev/null 2>" +
+                            p->err_path_;
     p->pid_ = fork();
     if (p->pid_ == 0) {
       dup2(fds[1], 1);
@@ -191,6 +194,7 @@ class ServeProcess {
   }
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   httplib::Client client(int timeout_s = 120) const {
     httplib::Client c("127.0.0.1", port_);
     c.set_read_timeout(timeout_s, 0);

@@ -1,0 +1,266 @@
+// `sustain serve --split layer|tensor` under mpirun on loopback: the engine
+// over ranks (engine/ranks.h) against the same server in one process — the
+// same text for concurrent requests, streamed or not, n > 1, a reused
+// prefix, a cancelled stream;
+// the official openai npm client; and a rank killed mid-request, which
+// rank 0 answers with a 503 JSON error before the job ends. Skipped where
+// the build has no MPI or mpirun was not found. The model is the server
+// tests' synth tiny-qwen3, so ../shared is not needed.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "dist/mpirun.h"
+#include "server/serve_process.h"
+
+namespace sustain::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kDir = SUSTAIN_SERVER_TEST_DIR;
+
+// Batches of any composition give the same text (--deterministic), so the
+// split server and the one-process one can be compared request by request.
+const char* kArgs = "-c 1024 -np 4 --deterministic";
+
+std::unique_ptr<ServeProcess> start_split(const std::string& split, const std::string& extra,
+                                          std::string* why) {
+  return ServeProcess::start(std::string(kArgs) + " --split " + split + " " + extra, why, "",
+                             mpirun(2));
+}
+
+// POSTs a completion request and hands the response body to `take` as it
+// arrives (false: hang up); the HTTP status, -1 without a response.
+template <typename F>
+int post_stream(httplib::Client& c, const json& body, F take) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    return take(data, n);
+  };
+  auto r = c.send(req);
+  return r ? r->status : -1;
+}
+
+// One completion's text (and HTTP status in *status); "" on failure.
+std::string complete(const ServeProcess& srv, const json& body, int* status = nullptr,
+                     json* whole = nullptr) {
+  auto c = srv.client();
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  if (status) *status = r ? r->status : -1;
+  if (!r || r->status != 200) return std::string();
+  json j = json::parse(r->body, nullptr, false);
+  if (whole) *whole = j;
+  return j.is_object() ? j["choices"][0]["text"].get<std::string>() : std::string();
+}
+
+// A streamed completion's text, joined.
+std::string complete_stream(const ServeProcess& srv, json body) {
+  body["stream"] = true;
+  auto c = srv.client();
+  std::string text, buf;
+  const int status = post_stream(c, body, [&](const char* data, size_t n) {
+    buf.append(data, n);
+    for (size_t at; (at = buf.find("\n\n")) != std::string::npos;) {
+      const std::string ev = buf.substr(0, at);
+      buf.erase(0, at + 2);
+      if (ev.rfind("data: ", 0) != 0 || ev == "data: [DONE]") continue;
+      json j = json::parse(ev.substr(6), nullptr, false);
+      if (j.is_object() && j.contains("choices"))
+        for (const auto& ch : j["choices"]) text += ch.value("text", "");
+    }
+    return true;
+  });
+  return status == 200 ? text : std::string("<failed>");
+}
+
+json body(const std::string& prompt, int max_tokens) {
+  return {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+}
+
+const std::vector<std::string> kPrompts = {"Once upon a time", "The quick brown fox jumps over",
+                                           "In a distant galaxy, far away", "Hello"};
+
+class SplitServe : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SplitServe, AnswersAsOneProcess) {
+  SUSTAIN_REQUIRE_MPIRUN_ONLY();
+  ASSERT_NE(server_model(), "") << "sustain synth failed";
+  std::string why;
+  auto one = ServeProcess::start(kArgs, &why);
+  ASSERT_TRUE(one != nullptr) << why;
+  auto split = start_split(GetParam(), "", &why);
+  ASSERT_TRUE(split != nullptr) << why;
+
+  // The four prompts at once (one step batches them), then streamed.
+  std::vector<std::string> want(kPrompts.size()), got(kPrompts.size());
+  for (size_t i = 0; i < kPrompts.size(); ++i) want[i] = complete(*one, body(kPrompts[i], 24));
+  {
+    std::vector<std::thread> th;
+    for (size_t i = 0; i < kPrompts.size(); ++i)
+      th.emplace_back([&, i] { got[i] = complete(*split, body(kPrompts[i], 24)); });
+    for (auto& t : th) t.join();
+  }
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    ASSERT_FALSE(want[i].empty()) << one->stderr_text();
+    EXPECT_EQ(got[i], want[i]) << kPrompts[i] << "\n" << split->stderr_text();
+    EXPECT_EQ(complete_stream(*split, body(kPrompts[i], 24)), want[i]) << kPrompts[i];
+  }
+
+  // n = 3: three sequences from one prompt in the same steps, sharing the
+  // prompt's cached pages. Seeded samples under the layer split, which adds
+  // nothing in another order and so gives one process's logits bit for
+  // bit; greedy under the tensor split, whose reassociated sums may move a
+  // sample that sits near a boundary (docs/split.md, "Numerics").
+  json nb = body("A seeded story about a cat", 16);
+  nb["n"] = 3;
+  nb["temperature"] = GetParam() == "layer" ? 0.9 : 0.0;
+  nb["seed"] = 11;
+  json a, b;
+  int st = 0;
+  complete(*one, nb, &st, &a);
+  ASSERT_EQ(st, 200);
+  complete(*split, nb, &st, &b);
+  ASSERT_EQ(st, 200) << split->stderr_text();
+  ASSERT_EQ(a["choices"].size(), 3u);
+  ASSERT_EQ(b["choices"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(b["choices"][i]["text"], a["choices"][i]["text"]) << "choice " << i;
+
+  // A prompt of several pages twice: the second reuses the first's pages.
+  std::string long_prompt;
+  for (int i = 0; i < 40; ++i) long_prompt += "word" + std::to_string(i) + " ";
+  const std::string first = complete(*split, body(long_prompt, 8));
+  json again;
+  EXPECT_EQ(complete(*split, body(long_prompt, 8), &st, &again), first);
+  EXPECT_GT(again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  EXPECT_EQ(first, complete(*one, body(long_prompt, 8)));
+
+  // A stream the client drops after a few events: the request is cancelled
+  // (its pages freed on every rank) and the server answers the next.
+  {
+    auto c = split->client();
+    json sb = body("Cancel me", 4000);
+    sb["stream"] = true;
+    int events = 0;
+    post_stream(c, sb, [&](const char* data, size_t n) {
+      events += static_cast<int>(std::count(data, data + n, '\n'));
+      return events < 12;  // false: the client hangs up
+    });
+  }
+  EXPECT_EQ(complete(*split, body(kPrompts[0], 24)), want[0]);
+  auto m = split->client().Get("/metrics");
+  ASSERT_TRUE(m);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (metric_value(split->client().Get("/metrics")->body, "sustain_requests_running") != 0 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(metric_value(split->client().Get("/metrics")->body, "sustain_requests_running"), 0);
+  EXPECT_TRUE(split->alive());
+}
+
+INSTANTIATE_TEST_SUITE_P(Splits, SplitServe, ::testing::Values("layer", "tensor"));
+
+// The official openai npm client, as ServerNpm.OfficialOpenAiClient runs it
+// against one process, against the tensor split.
+TEST(SplitServeNpm, OfficialOpenAiClient) {
+  SUSTAIN_REQUIRE_MPIRUN_ONLY();
+  int code = 0;
+  if (run_shell("command -v node >/dev/null 2>&1", &code); code != 0)
+    GTEST_SKIP() << "node is not installed";
+  if (!std::filesystem::exists(kDir + "/node_modules/openai/package.json"))
+    GTEST_SKIP() << "npm package openai is not installed (scripts/setup_npm.sh)";
+  ASSERT_NE(server_model(), "") << "sustain synth failed";
+  std::string why;
+  auto srv = start_split("tensor", "--api-key test-key", &why);
+  ASSERT_TRUE(srv != nullptr) << why;
+  const std::string log = tmp_path("split_openai_client_stderr.txt");
+  auto out = run_shell("cd '" + kDir + "' && node openai_client.mjs http://127.0.0.1:" +
+                           std::to_string(srv->port()) + "/v1 test-key 2>" + log,
+                       &code);
+  ASSERT_TRUE(out.has_value());
+  ASSERT_EQ(code, 0) << "openai_client.mjs failed; stdout: " << *out
+                     << "\nserver: " << srv->stderr_text();
+  const json r = json::parse(*out);
+  EXPECT_EQ(r["models"][0], "server_tiny_qwen3");
+  EXPECT_EQ(r["completion"]["finish_reason"], "length");
+  EXPECT_EQ(r["completion"]["completion_tokens"], 8);
+  EXPECT_EQ(r["completion_stream"]["text"], r["completion"]["text"]);
+  EXPECT_EQ(r["chat"]["finish_reason"], "length");
+  EXPECT_EQ(r["chat_stream"]["text"], r["chat"]["text"]);
+  EXPECT_EQ(r["chat_stream"]["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(r["bad_request"]["status"], 400);
+  EXPECT_EQ(r["unauthorized"]["status"], 401);
+}
+
+// SIGKILL of rank 1 while a request generates: rank 0 answers it with a 503
+// JSON error (and ends a stream with an error event), and the job exits
+// non-zero, within 10 s.
+class SplitServeFaults : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SplitServeFaults, KilledRankFailsTheRequestWith503) {
+  SUSTAIN_REQUIRE_MPIRUN_ONLY();
+  ASSERT_NE(server_model(), "") << "sustain synth failed";
+  std::string why;
+  auto srv = ServeProcess::start("-c 60000 -np 2 --split " + GetParam(), &why, "", mpirun(2));
+  ASSERT_TRUE(srv != nullptr) << why;
+  int status = 0;
+  std::string response, stream_tail;
+  std::atomic<int> streamed{0};
+  std::thread plain([&] {
+    auto c = srv->client(30);
+    auto r = c.Post("/v1/completions", body("Long story", 50000).dump(), "application/json");
+    status = r ? r->status : -1;
+    if (r) response = r->body;
+  });
+  std::thread streaming([&] {
+    json sb = body("Another long story", 50000);
+    sb["stream"] = true;
+    auto c = srv->client(30);
+    post_stream(c, sb, [&](const char* data, size_t n) {
+      streamed += static_cast<int>(n);
+      stream_tail.append(data, n);
+      if (stream_tail.size() > 4096) stream_tail.erase(0, stream_tail.size() - 4096);
+      return true;
+    });
+  });
+  // Both requests run once tokens stream.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (streamed.load() < 2000 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const pid_t rank0 = rank_below(srv->pid(), 0), rank1 = rank_below(srv->pid(), 1);
+  ASSERT_GT(rank1, 0) << "rank 1 not found";
+  ASSERT_GT(streamed.load(), 0) << "no token streamed";
+  ASSERT_EQ(kill(rank1, SIGKILL), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  plain.join();
+  streaming.join();
+  const int rc = srv->signal_and_wait(0, 10000);  // signal 0: only wait
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 10.0);
+  EXPECT_EQ(status, 503) << response;
+  const json e = json::parse(response, nullptr, false);
+  ASSERT_TRUE(e.is_object()) << response;
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("ranks"), std::string::npos) << response;
+  EXPECT_NE(stream_tail.find("\"error\""), std::string::npos) << stream_tail;
+  EXPECT_NE(rc, -1) << "the job still runs 10 s after rank 1 was killed";
+  EXPECT_NE(rc, 0) << "the job exited 0";
+  if (rank0 > 0) EXPECT_TRUE(gone_soon(rank0)) << "rank 0 outlived the job by 2 s";
+}
+
+INSTANTIATE_TEST_SUITE_P(Splits, SplitServeFaults, ::testing::Values("layer", "tensor"));
+
+}  // namespace
+}  // namespace sustain::test
