@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -128,6 +129,9 @@ struct Server::Impl {
   ServerState state;
   HttpServer http;
   int port = -1;
+  // stop() may come before run() has started listening (a model that fails
+  // to load at once): run() then returns without listening.
+  std::atomic<bool> stop_requested{false}, in_run{false};
 };
 
 Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
@@ -315,6 +319,12 @@ Expected<int> Server::bind() {
 
 Status Server::run() {
   if (impl_->port < 0) return Status(Code::kInternal, "Server::run() before bind()");
+  impl_->in_run.store(true);
+  struct Leave {
+    std::atomic<bool>& f;
+    ~Leave() { f.store(false); }
+  } leave{impl_->in_run};
+  if (impl_->stop_requested.load()) return Status::ok();
   if (!impl_->http.listen_after_bind())
     return error(Code::kIo, "the HTTP server on {}:{} stopped with an error",
                  impl_->state.config.host, impl_->port);
@@ -342,7 +352,17 @@ Status Server::attach(engine::Engine* engine) {
 }
 
 void Server::stop() {
-  if (impl_->http.is_running()) impl_->http.stop();
+  impl_->stop_requested.store(true);
+  // run() may be between its check of stop_requested and the listening
+  // loop: wait for the loop to start, then stop it.
+  for (int i = 0; i < 5000; ++i) {
+    if (impl_->http.is_running()) {
+      impl_->http.stop();
+      return;
+    }
+    if (!impl_->in_run.load()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 int Server::drain(std::chrono::milliseconds grace, std::string reason) {
