@@ -211,6 +211,10 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   ctx.erase(std::unique(ctx.begin(), ctx.end()), ctx.end());
   const std::vector<int64_t>& conc = c.concurrency;
   const bool quality = !c.ablate.empty() && c.quality;
+  if (quality && c.ranks != nullptr)
+    return error(Code::kUnsupported,
+                 "bench: the ablation's quality columns do not run over ranks (--split) yet; "
+                 "give --quality off");
   std::vector<int64_t> quality_ctx = c.quality_ctx;
   SUSTAIN_TRY(check_config(c, ctx, quality, quality_ctx));
 
@@ -245,6 +249,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   cfg.tpot_target_ms = c.tpot_target_ms;
   cfg.prefill_age_bound_s = c.prefill_age_bound_s;
   cfg.prefix_cache = true;
+  cfg.ranks = c.ranks;
   const int64_t max_conc = conc.empty() ? 1 : *std::max_element(conc.begin(), conc.end());
   const int64_t ladder_need = ctx.back() + c.n_tokens;
   const int64_t prefill_need =
@@ -396,6 +401,24 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
         {"prompt_tokens", st.prompt_tokens},
         {"prompt_tokens_computed", st.prompt_tokens_computed},
         {"prefix_cache_hits", st.prefix_cache_hits}}}};
+  if (st.split_ranks > 0) {
+    // Rank 0's transport over the whole run (ladder, prefill points,
+    // concurrency): what one step costs in bytes and in time spent waiting
+    // inside the exchanges (docs/split.md).
+    const double steps = static_cast<double>(std::max<uint64_t>(st.steps, 1));
+    report["conditions"]["split"] = {
+        {"mode", st.split_tensor ? "tensor" : "layer"},
+        {"ranks", st.split_ranks},
+        {"comm_bytes", st.comm_bytes},
+        {"comm_seconds", st.comm_seconds},
+        {"comm_calls", st.comm_calls},
+        {"steps", st.steps},
+        {"comm_bytes_per_step", static_cast<double>(st.comm_bytes) / steps},
+        {"comm_ms_per_step", 1e3 * st.comm_seconds / steps},
+        {"note",
+         "rank 0's own transport calls; the model figures (bytes per token, roofline) are "
+         "rank 0's share of the model"}};
+  }
   if (!c.images.empty()) {
     obs.message(fmt::format("bench: image cost of {} image(s) with {}", c.images.size(), c.mmproj));
     VisionOptions vo;

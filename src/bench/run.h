@@ -79,6 +79,11 @@ struct BenchConfig {
   std::string mmproj;
   std::vector<std::string> images;
   std::string command_line;  // how the run was asked for, recorded in the report
+  // One model over the ranks of an mpirun job (engine/ranks.h; null: this
+  // process alone): every engine the bench makes runs over them, and the
+  // report's conditions.split says what rank 0's transport did. Not with
+  // url, nor with the quality columns (they load the model in-process).
+  const engine::EngineRanks* ranks = nullptr;
 };
 
 // The machine's bandwidth and peak FLOP/s with `threads` (0: every core),

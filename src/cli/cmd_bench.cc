@@ -27,6 +27,7 @@
 #include "cli/file_io.h"
 #include "cli/model_session.h"
 #include "cli/progress.h"
+#include "cli/ranks.h"
 #include "cli/serving_flags.h"
 #include "grammar/constraint.h"
 #include "grammar/gbnf.h"
@@ -41,6 +42,7 @@ struct BenchArgs {
   std::string mmproj;
   std::vector<std::string> images;
   ServingArgs serving;
+  SplitArgs split;
   std::string ctx;
   int n_tokens = 32;
   int reps = 3;
@@ -275,11 +277,13 @@ Expected<bench::BenchConstraint> bench_constraint(const std::string& spec, engin
   return out;
 }
 
-int run_bench(const BenchArgs& a) {
+// The bench on this process alone (ranks null) or on rank 0 of a split.
+int bench_main(const BenchArgs& a, const engine::EngineRanks* ranks) {
   auto c = bench_config(a);
   if (!c) return fail(c.status().message());
   c->command_line = command_line(a);
   c->make_constraint = bench_constraint;
+  c->ranks = ranks;
   StderrObserver obs;
   auto report = bench::run_bench(*c, obs);
   if (!report) return fail(report.status().message());
@@ -288,6 +292,32 @@ int run_bench(const BenchArgs& a) {
   std::printf("%s/report.json\n%s/report.md\n%s/report.html\n", dir.c_str(), dir.c_str(),
               dir.c_str());
   return 0;
+}
+
+// `mpirun -np R sustain bench -m M --split layer|tensor`: rank 0 runs the
+// bench, every engine it makes over the ranks; the others follow.
+int run_bench(const BenchArgs& a) {
+  const bool split = !a.split.split.empty() && a.split.split != "none";
+  if (split && a.model.empty())
+    return fail(
+        "bench --split needs the model as a file (-m): every rank opens it (make a "
+        "preset's file with `sustain synth --preset P --type T -o FILE`)");
+  if (split && !a.url.empty())
+    return fail(
+        "bench --split measures the in-process engine over ranks; --url measures a "
+        "server (start that one with mpirun ... sustain serve --split)");
+  auto r = open_ranks(a.split, a.model);
+  if (!r) return fail_launch(r.status());
+  Ranks& ranks = **r;
+  if (ranks.size() <= 1) return bench_main(a, nullptr);
+  const engine::EngineRanks er = engine_ranks(ranks);
+  if (ranks.follower()) {
+    Status st = engine::follow_engines(er);
+    if (!st)
+      std::fprintf(stderr, "sustain: error: rank %d: %s\n", ranks.rank(), st.message().c_str());
+    return finish_engine_ranks(ranks, st ? 0 : 1);
+  }
+  return finish_engine_ranks(ranks, bench_main(a, &er));
 }
 
 int run_bandwidth(const BenchArgs& a, bool as_json) {
@@ -346,6 +376,7 @@ Runner add_bench(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(65536)));
   add_serving_flags(sub, a->serving);
+  add_split_flags(sub, a->split);
   sub->add_option("-o,--output", a->out, "report directory (default: reports/<UTC time>)");
   sub->add_option("--prefill", a->prefill,
                   "prefill gradient from an empty cache at these prompt lengths (e.g. 10K,50K)");

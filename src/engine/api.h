@@ -257,6 +257,14 @@ struct EngineStats {
   // attended (query, key) pair; the last step's wall time and prediction.
   double cost_per_step_s = 0, cost_per_row_s = 0, cost_per_attended_s = 0;
   double last_step_s = 0, last_step_predicted_s = 0;
+  // Over ranks (EngineConfig::ranks): how many, the split, and what rank
+  // 0's transport did since the engine started — payload bytes sent or
+  // received, calls, and seconds inside them (waiting for the other ranks
+  // included). 0 / false for one process.
+  int split_ranks = 0;
+  bool split_tensor = false;
+  uint64_t comm_calls = 0, comm_bytes = 0;
+  double comm_seconds = 0;
   Histogram ttft, tpot, e2e;          // seconds
   Histogram step;                     // wall time of each step that decoded (seconds)
 };

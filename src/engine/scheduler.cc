@@ -89,7 +89,10 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
   SUSTAIN_ASSIGN_OR_RETURN(auto cache, kv::KvCache::create(g, pool_tokens));
   s->cache.emplace(std::move(cache));
   // Over ranks the followers mirror this cache's copies (relay.h).
-  if (c.ranks != nullptr) s->cache->log_copies(true);
+  if (c.ranks != nullptr) {
+    s->cache->log_copies(true);
+    s->comm_at_start = c.ranks->comm->traffic();
+  }
   if (c.prefix_cache) {
     // Hybrid models resume a cached prefix from a recurrent-state snapshot.
     s->prefix = std::make_unique<kv::PrefixCache>(*s->cache, prefix_snapshots(c));
@@ -218,6 +221,14 @@ void Scheduler::publish_stats() {
   if (mtp) {
     st.draft_kv_pages_used = mtp->pages_in_use();
     st.draft_kv_bytes = mtp->kv_bytes();
+  }
+  if (const EngineRanks* r = cfg().ranks; r != nullptr) {
+    const dist::Traffic& t = r->comm->traffic();
+    st.split_ranks = r->comm->size();
+    st.split_tensor = r->tensor();
+    st.comm_calls = t.calls - comm_at_start.calls;
+    st.comm_bytes = t.bytes - comm_at_start.bytes;
+    st.comm_seconds = t.seconds - comm_at_start.seconds;
   }
   std::lock_guard<std::mutex> l(stats_mu);
   const uint64_t rejected = shared_stats.requests_rejected;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "dist/comm.h"
 #include "engine/request_state.h"
 #include "engine/step_cost.h"
 #include "kv/kv_cache.h"
@@ -157,6 +158,7 @@ struct Engine::Impl {
   spec::AcceptanceEstimate acceptance_all;
   uint64_t gate_explore_steps = 0;
   EngineStats st;  // published to shared_stats after each step
+  dist::Traffic comm_at_start;  // over ranks: the transport's counts when the engine started
   std::vector<std::pair<std::shared_ptr<detail::RequestState>, Event>> finished;
 };
 

@@ -128,6 +128,20 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
   metric(out, "sustain_kv_pages_cached", "gauge",
          "KV pages held only by the prefix cache (evictable)", s->kv_pages_cached);
   metric(out, "sustain_kv_page_tokens", "gauge", "tokens per KV page", s->page_tokens);
+  if (s->split_ranks > 0) {
+    metric(out, "sustain_split_ranks", "gauge",
+           s->split_tensor ? "ranks of the model (--split tensor)"
+                           : "ranks of the model (--split layer)",
+           s->split_ranks);
+    metric(out, "sustain_split_comm_bytes_total", "counter",
+           "payload bytes rank 0 sent to or received from the other ranks",
+           static_cast<double>(s->comm_bytes));
+    metric(out, "sustain_split_comm_seconds_total", "counter",
+           "seconds rank 0 spent inside transport calls, waiting for the other ranks included",
+           s->comm_seconds);
+    metric(out, "sustain_split_comm_calls_total", "counter", "rank 0's transport calls",
+           static_cast<double>(s->comm_calls));
+  }
   if (s->kv_window_pages_total > 0) {
     metric(out, "sustain_kv_window_pages_total", "gauge",
            "pages in the sliding-window layers' own pool", s->kv_window_pages_total);

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -167,7 +168,11 @@ TEST_P(SplitServe, AnswersAsOneProcess) {
   while (metric_value(split->client().Get("/metrics")->body, "sustain_requests_running") != 0 &&
          std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(metric_value(split->client().Get("/metrics")->body, "sustain_requests_running"), 0);
+  const std::string metrics = split->client().Get("/metrics")->body;
+  EXPECT_EQ(metric_value(metrics, "sustain_requests_running"), 0);
+  EXPECT_EQ(metric_value(metrics, "sustain_split_ranks"), 2) << metrics;
+  EXPECT_GT(metric_value(metrics, "sustain_split_comm_bytes_total"), 0) << metrics;
+  EXPECT_EQ(metric_value(one->client().Get("/metrics")->body, "sustain_split_ranks"), -1);
   EXPECT_TRUE(split->alive());
 }
 
@@ -261,6 +266,54 @@ TEST_P(SplitServeFaults, KilledRankFailsTheRequestWith503) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Splits, SplitServeFaults, ::testing::Values("layer", "tensor"));
+
+// `sustain bench --split` under mpirun: the ladder, a prefill point and the
+// concurrency ladder run over the ranks, and the report says what rank 0's
+// transport carried.
+TEST(SplitBench, ReportsWhatTheRanksExchanged) {
+  SUSTAIN_REQUIRE_MPIRUN_ONLY();
+  ASSERT_NE(server_model(), "") << "sustain synth failed";
+  for (const std::string split : {"layer", "tensor"}) {
+    const std::string dir = tmp_path("split_bench_" + split + "_" + std::to_string(getpid()));
+    const CliResult r = run_cli("bench -m " + server_model() +
+                                    " --ctx 128,512 -n 8 -r 1 -t 1 --prefill 64 --concurrency 1,2 "
+                                    "--conc-prompt 16 --bw-mib 64 --bw-reps 1 --quality off -o " +
+                                    dir + " --split " + split,
+                                mpirun(2));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream f(dir + "/report.json");
+    const json rep = json::parse(f, nullptr, false);
+    ASSERT_TRUE(rep.is_object()) << split;
+    const json& sp = rep["conditions"]["split"];
+    EXPECT_EQ(sp["mode"], split);
+    EXPECT_EQ(sp["ranks"], 2);
+    EXPECT_GT(sp["comm_bytes"].get<double>(), 0);
+    EXPECT_GT(sp["steps"].get<double>(), 0);
+    EXPECT_EQ(rep["ladder"].size(), 2u);
+    EXPECT_TRUE(rep.contains("concurrency")) << split;
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// What the engine does not run over ranks yet is refused with a message
+// naming it, and the job ends (no rank left waiting).
+TEST(SplitServe, RefusesWhatIsNotBuiltOverRanks) {
+  SUSTAIN_REQUIRE_MPIRUN_ONLY();
+  ASSERT_NE(server_model(), "") << "sustain synth failed";
+  CliResult r = run_cli(
+      "serve -m " + server_model() + " --port 0 -t 1 -c 256 --spec ngram --split layer", mpirun(2));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("speculative decoding"), std::string::npos) << r.err;
+  r = run_cli("bench --preset tiny-llama --split layer --quality off");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("-m"), std::string::npos) << r.err;
+  r = run_cli("bench -m " + server_model() +
+                  " --ctx 128 -n 4 -r 1 -t 1 --concurrency 1 "
+                  "--ablate kv=q8_0 --split tensor",
+              mpirun(2));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--quality off"), std::string::npos) << r.err;
+}
 
 }  // namespace
 }  // namespace sustain::test
