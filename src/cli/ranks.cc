@@ -25,6 +25,12 @@ void add_split_flags(CLI::App* sub, SplitArgs& a) {
                   "--split tensor: the output matrix split by vocabulary rows over the ranks, "
                   "rank 0 gathering the logits (split), or all on rank 0 (rank0)")
       ->capture_default_str();
+  sub->add_option("--micro-batches", a.micro_batches,
+                  "--split layer: cut a forward call of 64 tokens or more into this many chunks "
+                  "(at least 32 tokens each) so the ranks work on different chunks at once; 1 = "
+                  "off, 0 = auto (2 per rank)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
 }
 
 namespace {
@@ -74,6 +80,8 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   SUSTAIN_ASSIGN_OR_RETURN(auto kind, split_kind(a.split));
   auto r = std::make_unique<Ranks>();
   if (!kind) {
+    if (a.micro_batches != 0)
+      return error(Code::kInvalidArgument, "--micro-batches applies to --split layer only");
     if (!a.ratio.empty())
       return error(Code::kInvalidArgument, "--ratio '{}' needs --split layer or tensor", a.ratio);
     if (a.output != "split")
@@ -100,6 +108,8 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   }
   if (a.output != "split" && a.output != "rank0")
     return error(Code::kInvalidArgument, "--split-output '{}': give split or rank0", a.output);
+  if (a.micro_batches != 0 && *kind != plan::Split::kLayer)
+    return error(Code::kInvalidArgument, "--micro-batches applies to --split layer only");
   if (a.output != "split" && *kind != plan::Split::kTensor)
     return error(Code::kInvalidArgument, "--split-output {} applies to --split tensor only",
                  a.output);
@@ -164,6 +174,7 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   }
   r->stage.layer_begin = static_cast<int>(r->bounds[me]);
   r->stage.layer_end = static_cast<int>(r->bounds[me + 1]);
+  r->stage.micro_batches = n == 1 ? 1 : a.micro_batches > 0 ? a.micro_batches : 2 * n;
   if (me > 0)
     r->stage.recv = [comm, me](float* x, int64_t k) {
       return comm->recv(me - 1, x, static_cast<size_t>(k) * sizeof(float));

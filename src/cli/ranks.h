@@ -21,6 +21,7 @@ struct SplitArgs {
   std::string split = "none";  // --split / --split-mode (-sm): none, layer, tensor (row)
   std::string ratio;           // --ratio / --tensor-split (-ts): shares, one per rank
   std::string output = "split";  // --split-output: split (by vocabulary rows) or rank0
+  int micro_batches = 0;         // --micro-batches: layer split, chunks per forward call (0: auto)
 };
 
 // --split, --ratio and their llama.cpp spellings.

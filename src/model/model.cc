@@ -475,9 +475,18 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
   // Process in workspace-sized chunks; a token's K/V is in the cache before
   // any later chunk attends to it.
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  int64_t chunk = ws.max_tokens;
+  if (stage && stage->micro_batches > 1 && n >= 2 * PipelineStage::kMinMicroBatch) {
+    // Micro-batches to fill a layer split's pipeline (a non-causal block
+    // must stay in one chunk: then the workspace's chunks only).
+    bool causal = true;
+    for (const BatchToken& t : batch.tokens) causal &= t.n_visible <= t.pos + 1;
+    const int64_t m = stage->micro_batches;
+    if (causal) chunk = std::min(chunk, std::max(PipelineStage::kMinMicroBatch, (n + m - 1) / m));
+  }
   int64_t logit_row = 0;
   for (int64_t b0 = 0, b1 = 0; b0 < n; b0 = b1) {
-    b1 = chunk_end(batch, b0, ws.max_tokens);
+    b1 = chunk_end(batch, b0, chunk);
     TokenSpan span{batch, b0, b1};
     float* out = logits ? logits + logit_row * static_cast<int64_t>(cfg_.n_vocab) : nullptr;
     SUSTAIN_TRY(check_noncausal(cfg_, batch, b0, b1));

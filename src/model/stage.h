@@ -34,6 +34,14 @@ struct PipelineStage {
   // rank's logits columns [rows, own width] → every rank's, in vocabulary
   // order [rows, n_vocab].
   std::function<Status(const float* own, float* all, int64_t rows)> gather_vocab;
+  // Layer split: a forward call of at least 2 × kMinMicroBatch tokens is cut
+  // into this many chunks (micro-batches, each at least kMinMicroBatch
+  // tokens, none over the workspace), so that a stage computes chunk k + 1
+  // while the next stage computes chunk k: the pipeline fills within one
+  // step. Every stage must be given the same value. 1: chunks of the
+  // workspace's size only.
+  int micro_batches = 1;
+  static constexpr int64_t kMinMicroBatch = 32;
   // Whether this stage computes logits (with the head kept on rank 0 of a
   // tensor split, the other ranks hold the same residual stream and skip it).
   bool head = true;
