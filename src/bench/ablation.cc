@@ -78,6 +78,17 @@ Expected<json> concurrency_cells(engine::Engine& e, const AblationInput& in,
   return cells;
 }
 
+// A row over ranks: the split and what rank 0's transport did (null for a
+// row in one process).
+json split_json(const engine::EngineStats& st) {
+  if (st.split_ranks == 0) return nullptr;
+  const double steps = static_cast<double>(std::max<uint64_t>(st.steps, 1));
+  return {{"mode", st.split_tensor ? "tensor" : "layer"},
+          {"ranks", st.split_ranks},
+          {"comm_bytes_per_step", static_cast<double>(st.comm_bytes) / steps},
+          {"comm_ms_per_step", 1e3 * st.comm_seconds / steps}};
+}
+
 }  // namespace
 
 Status apply_switch(const std::string& spec, AblationRow& row) {
@@ -90,7 +101,8 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     if (eq == std::string::npos)
       return error(Code::kInvalidArgument,
                    "--ablate '{}': '{}' is not key=value (keys: ctk, ctv, kv, layout, prefix, "
-                   "batch, ubatch, threads, spec, draft, gate, draft_model, model, grammar)",
+                   "batch, ubatch, threads, spec, draft, gate, draft_model, model, grammar, "
+                   "split)",
                    spec, kv);
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     any = true;
@@ -156,6 +168,15 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
       } else {
         row.grammar = v;
       }
+    } else if (k == "split") {
+      // Over ranks (mpirun … bench --split): off runs the row on rank 0
+      // alone, the same run on one rank; on returns to the job's split.
+      if (v != "on" && v != "off")
+        return error(Code::kInvalidArgument,
+                     "--ablate '{}': split must be on (the job's --split) or off (rank 0 alone), "
+                     "got '{}'",
+                     spec, v);
+      row.split_off = v == "off";
     } else if (k == "model") {
       if (!std::filesystem::exists(v))
         return error(Code::kNotFound, "--ablate '{}': model file '{}' does not exist", spec, v);
@@ -164,7 +185,7 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     } else {
       return error(Code::kInvalidArgument,
                    "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
-                   "ubatch, threads, spec, draft, gate, draft_model, model, grammar)",
+                   "ubatch, threads, spec, draft, gate, draft_model, model, grammar, split)",
                    spec, k);
     }
   }
@@ -193,8 +214,16 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
     row.name = s;
     plan.push_back({s, row});
   }
-  bool any_grammar = false;
-  for (const auto& p : plan) any_grammar |= !p.second.grammar.empty();
+  bool any_grammar = false, any_split = false;
+  for (auto& p : plan) {
+    any_grammar |= !p.second.grammar.empty();
+    any_split |= p.second.split_off;
+    if (p.second.split_off) p.second.cfg.ranks = nullptr;
+  }
+  if (any_split && in.base.ranks == nullptr)
+    return error(Code::kInvalidArgument,
+                 "--ablate split=…: the bench runs in one process; start it with mpirun … "
+                 "--split layer|tensor");
   json prev_conc;
   for (size_t i = 0; i < plan.size(); ++i) {
     const AblationRow& r = plan[i].second;
@@ -255,7 +284,7 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
                  {"ladder", mask_json(bc.take_mask_times_us(), ladder_tokens)}};
     }
     json conc = nullptr;
-    if (any_grammar && !in.concurrency.empty()) {
+    if ((any_grammar || any_split) && !in.concurrency.empty()) {
       int64_t conc_tokens = 0;
       auto cc = concurrency_cells(**re, in, bc.factory, ao.n_tokens, ao.seed + 2, &conc_tokens);
       if (!cc) {
@@ -282,6 +311,7 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
                     {"spec", spec_json(**re, r.cfg)},
                     {"grammar", grammar},
                     {"concurrency", conc},
+                    {"split", split_json((**re).stats())},
                     {"quality", nullptr}});
     prev = cells;
   }

@@ -29,6 +29,8 @@ struct AblationRow {
   // Constrained decoding: "" none, "json" any JSON object, else a JSON
   // schema file; every generated token of the row is constrained.
   std::string grammar;
+  // Over ranks: run this row on rank 0 alone (--ablate split=off).
+  bool split_off = false;
 };
 
 // A constraint for a row's engine, and the per-token mask times (µs) it
@@ -43,7 +45,8 @@ using MakeConstraint =
 
 // Applies `spec` ("kv=q8_0", "batch=256,threads=4": keys ctk, ctv, kv,
 // layout, prefix, batch, ubatch, threads, spec (off, ngram, draft), draft
-// (--draft-max), draft_model, model, grammar (off, json, FILE)) to `row`;
+// (--draft-max), draft_model, model, grammar (off, json, FILE), split (on,
+// off: the row over the job's ranks or on rank 0 alone)) to `row`;
 // errors name the spec (as --ablate) and what is wrong with it.
 Status apply_switch(const std::string& spec, AblationRow& row);
 

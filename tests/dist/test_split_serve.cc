@@ -275,10 +275,11 @@ TEST(SplitBench, ReportsWhatTheRanksExchanged) {
   ASSERT_NE(server_model(), "") << "sustain synth failed";
   for (const std::string split : {"layer", "tensor"}) {
     const std::string dir = tmp_path("split_bench_" + split + "_" + std::to_string(getpid()));
+    // With a row on rank 0 alone (two threads), the same run on one rank.
     const CliResult r = run_cli("bench -m " + server_model() +
                                     " --ctx 128,512 -n 8 -r 1 -t 1 --prefill 64 --concurrency 1,2 "
                                     "--conc-prompt 16 --bw-mib 64 --bw-reps 1 --quality off -o " +
-                                    dir + " --split " + split,
+                                    dir + " --split " + split + " --ablate split=off,threads=2",
                                 mpirun(2));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::ifstream f(dir + "/report.json");
@@ -291,6 +292,17 @@ TEST(SplitBench, ReportsWhatTheRanksExchanged) {
     EXPECT_GT(sp["steps"].get<double>(), 0);
     EXPECT_EQ(rep["ladder"].size(), 2u);
     EXPECT_TRUE(rep.contains("concurrency")) << split;
+    const json& rows = rep["ablation"]["rows"];
+    ASSERT_EQ(rows.size(), 2u) << rep["ablation"].dump();
+    EXPECT_EQ(rows[0]["split"]["mode"], split);
+    EXPECT_GT(rows[0]["split"]["comm_bytes_per_step"].get<double>(), 0);
+    EXPECT_TRUE(rows[1]["split"].is_null()) << rows[1].dump();
+    EXPECT_EQ(rows[1]["engine"]["threads"], 2);
+    for (const auto& row : rows) {
+      EXPECT_EQ(row["ladder"].size(), 2u);
+      ASSERT_TRUE(row["concurrency"].is_array()) << row.dump();
+      EXPECT_EQ(row["concurrency"].size(), 2u);
+    }
     std::filesystem::remove_all(dir);
   }
 }
@@ -313,6 +325,10 @@ TEST(SplitServe, RefusesWhatIsNotBuiltOverRanks) {
               mpirun(2));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--quality off"), std::string::npos) << r.err;
+  r = run_cli("bench -m " + server_model() +
+              " --ctx 128 -n 4 -r 1 -t 1 --concurrency 1 --quality off --ablate split=off");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("mpirun"), std::string::npos) << r.err;
 }
 
 }  // namespace
