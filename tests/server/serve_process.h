@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -94,6 +95,14 @@ class ServeProcess {
                                              const std::string& model = "",
                                              const std::string& launcher = "") {
     auto p = std::unique_ptr<ServeProcess>(new ServeProcess());
+    // The same tests against a server over ranks (tests/dist/CMakeLists.txt
+    // runs the server's HTTP tests so): a launcher and flags from the
+    // environment, used where the test gives none of its own.
+    std::string launch = launcher, extra;
+    if (const char* l = std::getenv("SUSTAIN_TEST_SERVE_LAUNCHER"); l && launch.empty()) {
+      launch = l;
+      if (const char* x = std::getenv("SUSTAIN_TEST_SERVE_ARGS")) extra = std::string(" ") + x;
+    }
     int fds[2];
     if (pipe(fds) != 0) {
       *why = "pipe failed";
@@ -102,9 +111,9 @@ class ServeProcess {
     static int counter = 0;
     p->err_path_ = tmp_path("serve_stderr_" + std::to_string(getpid()) + "_" +
                             std::to_string(counter++) + ".txt");
-    const std::string cmd = "exec " + launcher + std::string(SUSTAIN_BINARY) + " serve -m " +
+    const std::string cmd = "exec " + launch + std::string(SUSTAIN_BINARY) + " serve -m " +
                             (model.empty() ? server_model() : model) + " --port 0 -t " +
-                            (launcher.empty() ? "2 " : "1 ") + args + " </dev/null 2>" +
+                            (launch.empty() ? "2 " : "1 ") + args + extra + " </dev/null 2>" +
                             p->err_path_;
     p->pid_ = fork();
     if (p->pid_ == 0) {
