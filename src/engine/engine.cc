@@ -66,12 +66,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   auto model = Model::load(c.model_path, c.ranks->shard);
   if (model) {
     e->model_ = std::move(*model);
-    if (e->model_->config().n_recurrent_layer() > 0)
-      setup = error(Code::kUnsupported,
-                    "engine: a hybrid (recurrent) model over ranks (--split) is not built yet "
-                    "for serve and bench; run and logits take it");
-    else
-      setup = relay::kv_setup(*e->model_, c, c.ranks->stage);
+    setup = relay::kv_setup(*e->model_, c, c.ranks);
   } else {
     setup = model.status();
   }

@@ -2,11 +2,12 @@
 // loop. Messages are int64 words broadcast from rank 0 (dist::broadcast_vector):
 //
 //   open   [1, config..., path length, path bytes...]
-//   step   [2, n_tokens, n_seqs, n_copies, n_embd_rows,
+//   step   [2, n_tokens, n_seqs, n_copies, n_embd_rows, n_state_ops,
 //           per token: id, seq, pos, logits, n_visible, has_embd,
 //           per sequence: n_tokens, state, window_from, n_pages, pages...,
 //                         n_window_pages, window_pages...,
-//           per copy: from, to, window]
+//           per copy: from, to, window,
+//           per state op: kind, slot, other, pos]
 //           then, under a tensor split with image rows, their floats
 //   close  [3]        the engine is gone
 //   end    [4]        the job is over
@@ -120,6 +121,7 @@ struct Follower {
   std::optional<kv::KvCache> cache;
   std::unique_ptr<ThreadPool> pool;
   Workspace ws;
+  std::optional<kv::StatePool> snaps;  // hybrid models: rank 0's prefix-cache snapshots, mirrored
   std::vector<kv::PageTable> tables;
   Batch batch;
   std::vector<float> logits, embd;
@@ -142,8 +144,9 @@ struct Reader {
 Status run_step(const EngineRanks& r, Follower& f, const std::vector<int64_t>& m) {
   Reader in{m};
   const int64_t n_tokens = in.next(), n_seqs = in.next(), n_copies = in.next(),
-                n_embd_rows = in.next();
-  if (n_tokens < 0 || n_seqs < 0 || n_copies < 0 || n_embd_rows < 0 ||
+                n_embd_rows = in.next(), n_state_ops = in.next();
+  if (n_tokens < 0 || n_seqs < 0 || n_copies < 0 || n_embd_rows < 0 || n_state_ops < 0 ||
+      static_cast<size_t>(n_state_ops) * 4 > m.size() ||
       static_cast<size_t>(n_tokens) * 6 > m.size() || static_cast<size_t>(n_seqs) > m.size() ||
       static_cast<size_t>(n_copies) * 3 > m.size())
     return error(Code::kInternal, "engine over ranks: a step message with bad counts");
@@ -195,6 +198,16 @@ Status run_step(const EngineRanks& r, Follower& f, const std::vector<int64_t>& m
     c.window = in.next() != 0;
     SUSTAIN_TRY(f.cache->apply_copy(c));
   }
+  for (int64_t i = 0; i < n_state_ops && in.ok; ++i) {
+    kv::StateOp op;
+    op.kind = static_cast<int32_t>(in.next());
+    op.slot = static_cast<int32_t>(in.next());
+    op.other = static_cast<int32_t>(in.next());
+    op.pos = in.next();
+    // A stage without recurrent blocks keeps no state: nothing to mirror.
+    if (f.cache->has_state())
+      SUSTAIN_TRY(f.cache->states().apply(op, f.snaps ? &*f.snaps : nullptr));
+  }
   if (!in.ok || in.i != m.size())
     return error(Code::kInternal, "engine over ranks: a step message of {} words does not parse",
                  m.size());
@@ -234,7 +247,7 @@ Status open_follower(const EngineRanks& r, const std::vector<int64_t>& m,
     auto model = Model::load(c->model_path, r.shard);
     if (model) {
       f->model = std::move(*model);
-      setup = kv_setup(*f->model, *c, r.stage);
+      setup = kv_setup(*f->model, *c, &r);
     } else {
       setup = model.status();
     }
@@ -244,6 +257,14 @@ Status open_follower(const EngineRanks& r, const std::vector<int64_t>& m,
   const int64_t pool_tokens = *std::min_element(pools->begin(), pools->end());
   Status made = Status::ok();
   auto cache = kv::KvCache::create(setup->g, pool_tokens);
+  if (cache && cache->has_state() && c->prefix_cache) {
+    auto snaps = kv::StatePool::create(cache->states().geometry(), prefix_snapshots(*c));
+    if (snaps) {
+      f->snaps.emplace(std::move(*snaps));
+    } else {
+      cache = snaps.status();
+    }
+  }
   if (cache) {
     f->cache.emplace(std::move(*cache));
     f->pool = std::make_unique<ThreadPool>(c->n_threads > 0 ? c->n_threads
@@ -259,19 +280,28 @@ Status open_follower(const EngineRanks& r, const std::vector<int64_t>& m,
 
 }  // namespace
 
-Expected<KvSetup> kv_setup(const Model& m, const EngineConfig& c, PipelineStage* stage) {
+Expected<KvSetup> kv_setup(const Model& m, const EngineConfig& c, const EngineRanks* r) {
   // Hybrid models: one recurrent-state slot per running sequence, and with
   // speculation one more each for the state before a verify step.
   const bool spec_on = c.spec.enabled() || c.extra_proposer;
   const int slots = c.n_parallel * (spec_on ? 2 : 1);
   KvSetup s;
   kv::KvGeometry& g = s.g;
-  if (stage != nullptr && c.ranks != nullptr && !c.ranks->tensor()) {
-    g = m.stage_kv_geometry(*stage, c.k_type, c.v_type, c.page_tokens);
+  if (r != nullptr && !r->tensor()) {
+    g = m.stage_kv_geometry(*r->stage, c.k_type, c.v_type, c.page_tokens);
+    g.state_slots = slots;
     // Layer split: rank 0 hands out every page id, and a stage without
     // window layers has no window pool to hand them from, so the window
     // layers keep the whole context (as --swa-full) on every stage.
     g.window_layers.clear();
+    // Rank 0 hands out the recurrent-state slots the same way: it needs a
+    // state pool, so its blocks must include a recurrent one.
+    if (r->comm->rank() == 0 && g.state.empty() && m.config().n_recurrent_layer() > 0)
+      return error(Code::kInvalidArgument,
+                   "--split layer: rank 0's blocks [{}, {}) hold no recurrent (DeltaNet) block, "
+                   "and rank 0 must keep the recurrent-state slots for every rank; give rank 0 "
+                   "a larger share (--ratio)",
+                   r->stage->layer_begin, r->stage->layer_end);
   } else {
     g = m.kv_geometry(c.k_type, c.v_type, c.page_tokens, slots);
   }
@@ -329,10 +359,13 @@ Status close_followers(const EngineRanks& r) {
 }
 
 Status send_step(const EngineRanks& r, const Batch& b, const std::vector<kv::PageCopy>& copies,
-                 int64_t n_embd) {
-  std::vector<int64_t> m = {kStep, static_cast<int64_t>(b.tokens.size()),
+                 const std::vector<kv::StateOp>& state_ops, int64_t n_embd) {
+  std::vector<int64_t> m = {kStep,
+                            static_cast<int64_t>(b.tokens.size()),
                             static_cast<int64_t>(b.seqs.size()),
-                            static_cast<int64_t>(copies.size()), 0};
+                            static_cast<int64_t>(copies.size()),
+                            0,
+                            static_cast<int64_t>(state_ops.size())};
   std::vector<float> embd;
   for (const BatchToken& t : b.tokens) {
     m.insert(m.end(), {t.id, t.seq, t.pos, t.logits, t.n_visible, t.embd != nullptr});
@@ -349,6 +382,7 @@ Status send_step(const EngineRanks& r, const Batch& b, const std::vector<kv::Pag
     m.insert(m.end(), t->window_pages.begin(), t->window_pages.end());
   }
   for (const kv::PageCopy& c : copies) m.insert(m.end(), {c.from, c.to, c.window});
+  for (const kv::StateOp& op : state_ops) m.insert(m.end(), {op.kind, op.slot, op.other, op.pos});
   SUSTAIN_TRY(dist::broadcast_vector(*r.comm, m, 0));
   if (m[4] > 0 && r.tensor()) SUSTAIN_TRY(dist::broadcast_vector(*r.comm, embd, 0));
   return Status::ok();

@@ -21,7 +21,7 @@ struct KvSetup {
   kv::KvGeometry g;
   int64_t pool_tokens = 0;
 };
-Expected<KvSetup> kv_setup(const Model& m, const EngineConfig& c, PipelineStage* stage);
+Expected<KvSetup> kv_setup(const Model& m, const EngineConfig& c, const EngineRanks* r);
 
 // Rank 0, Engine::create: sends the config to the followers, and with them
 // agrees on the pool (the fewest tokens any rank's --kv-budget holds, so
@@ -36,11 +36,11 @@ Status confirm_followers(const EngineRanks& r, const Status& local);
 // Rank 0: the engine is gone; the followers drop theirs.
 Status close_followers(const EngineRanks& r);
 
-// Rank 0, before each forward: the batch, each sequence's page table and
-// the page copies the cache made since the last step. Returns once every
-// rank has it.
+// Rank 0, before each forward: the batch, each sequence's page table, and
+// the page copies and recurrent-state changes the cache made since the last
+// step. Returns once every rank has it.
 Status send_step(const EngineRanks& r, const Batch& b, const std::vector<kv::PageCopy>& copies,
-                 int64_t n_embd);
+                 const std::vector<kv::StateOp>& state_ops, int64_t n_embd);
 // Rank 0, after its forward under a layer split: the logits rows the last
 // rank computed (nothing to do under a tensor split).
 Status recv_logits(const EngineRanks& r, float* logits, int64_t n);

@@ -839,7 +839,8 @@ bool Scheduler::step() {
     // Over ranks: every rank runs the step, and a rank 0 that fails inside
     // it would leave the others waiting for its hand-off or all-reduce, so
     // any failure ends the job (the server answers nothing more).
-    Status st = relay::send_step(*r, batch, cache->take_copies(), engine.model_->config().n_embd);
+    Status st = relay::send_step(*r, batch, cache->take_copies(), cache->take_state_ops(),
+                                 engine.model_->config().n_embd);
     if (st)
       st = engine.model_->forward(batch, *cache, ws, *pool, logits.data(), nullptr, nullptr,
                                   r->stage);

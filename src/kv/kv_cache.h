@@ -244,8 +244,15 @@ class KvCache {
   // that change outside a forward step are copy-on-write copies: with
   // logging on, reserve() records them, take_copies() hands them over, and
   // the mirror applies each with apply_copy() before the step.
-  void log_copies(bool on) { log_copies_ = on; }
+  // Hybrid models: the state pool's changes the same way (alloc's zeroed
+  // slots, copies, and the prefix cache's snapshots, which it logs through
+  // states().log()), in order, taken with take_state_ops.
+  void log_copies(bool on) {
+    log_copies_ = on;
+    states_.set_logging(on);
+  }
   std::vector<PageCopy> take_copies() { return std::exchange(copies_, {}); }
+  std::vector<StateOp> take_state_ops() { return states_.take_log(); }
   // kInvalidArgument for a page id outside the pool.
   Status apply_copy(const PageCopy& c);
 

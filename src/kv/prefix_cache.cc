@@ -88,6 +88,8 @@ int64_t PrefixCache::attach(PageTable& t, std::span<const int32_t> tokens, int64
       std::copy_n(snaps_.slot_data(last.snapshot), snaps_.slot_floats(),
                   cache_.states().slot_data(t.state));
       cache_.states().set_pos(t.state, static_cast<int64_t>(path.size()) * pt);
+      cache_.states().log(
+          {StateOp::kRestore, t.state, last.snapshot, static_cast<int64_t>(path.size()) * pt});
     }
     if (cache_.n_window_pages() > 0) {
       // The window's pages before the prefix's end, shared; those before
@@ -166,6 +168,7 @@ bool PrefixCache::save_state(const PageTable& t, std::span<const int32_t> tokens
     std::copy_n(cache_.states().slot_data(t.state), snaps_.slot_floats(),
                 snaps_.slot_data(last->snapshot));
     snaps_.set_pos(last->snapshot, n_computed);
+    cache_.states().log({StateOp::kSave, t.state, last->snapshot, n_computed});
   }
   last->snapshot_use = now;
   return true;

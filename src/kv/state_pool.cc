@@ -46,6 +46,7 @@ int32_t StatePool::alloc() {
   used_[static_cast<size_t>(s)] = 1;
   std::fill_n(slot_data(s), slot_floats(), 0.0f);
   pos_[static_cast<size_t>(s)] = 0;
+  log({StateOp::kZero, s, 0, 0});
   return s;
 }
 
@@ -60,6 +61,42 @@ void StatePool::copy(int32_t from, int32_t to) {
   if (from == to) return;
   std::memcpy(slot_data(to), slot_data(from), slot_floats() * sizeof(float));
   pos_[static_cast<size_t>(to)] = pos_[static_cast<size_t>(from)];
+  log({StateOp::kCopy, from, to, 0});
+}
+
+Status StatePool::apply(const StateOp& op, StatePool* snaps) {
+  auto in = [](int32_t s, int32_t n) { return s >= 0 && s < n; };
+  if (!in(op.slot, n_slots_))
+    return error(Code::kInvalidArgument, "state op on slot {} of a pool of {}", op.slot, n_slots_);
+  switch (op.kind) {
+    case StateOp::kZero:
+      std::fill_n(slot_data(op.slot), slot_floats(), 0.0f);
+      pos_[static_cast<size_t>(op.slot)] = 0;
+      return Status::ok();
+    case StateOp::kCopy:
+      if (!in(op.other, n_slots_))
+        return error(Code::kInvalidArgument, "state copy to slot {} of a pool of {}", op.other,
+                     n_slots_);
+      std::memcpy(slot_data(op.other), slot_data(op.slot), slot_floats() * sizeof(float));
+      pos_[static_cast<size_t>(op.other)] = pos_[static_cast<size_t>(op.slot)];
+      return Status::ok();
+    case StateOp::kSave:
+    case StateOp::kRestore:
+      if (snaps == nullptr || !in(op.other, snaps->n_slots_) ||
+          snaps->slot_floats() != slot_floats())
+        return error(Code::kInvalidArgument, "state snapshot {} outside the snapshot pool",
+                     op.other);
+      if (op.kind == StateOp::kSave) {
+        std::copy_n(slot_data(op.slot), slot_floats(), snaps->slot_data(op.other));
+        snaps->set_pos(op.other, op.pos);
+      } else {
+        std::copy_n(snaps->slot_data(op.other), slot_floats(), slot_data(op.slot));
+        set_pos(op.slot, op.pos);
+      }
+      return Status::ok();
+    default:
+      return error(Code::kInvalidArgument, "state op of kind {}", op.kind);
+  }
 }
 
 }  // namespace sustain::kv

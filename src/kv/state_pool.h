@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -34,6 +35,20 @@ struct StateGeometry {
 
 // kInvalidArgument naming the field when a count is out of range.
 Status validate(const StateGeometry& g);
+
+// What changed a slot's contents outside a forward step, as a cache that
+// mirrors this one (an engine over ranks) must replay it: a slot handed out
+// zeroed, a slot copied to another, a slot saved to / restored from a
+// prefix-cache snapshot at position `pos`. The mirror replays them in order
+// and between the same two forward steps as they happened (the engine sends
+// them with the next step), so a snapshot is of the same state on both.
+struct StateOp {
+  enum Kind : int32_t { kZero = 0, kCopy = 1, kSave = 2, kRestore = 3 };
+  int32_t kind = kZero;
+  int32_t slot = 0;   // the cache's slot (kCopy: the source)
+  int32_t other = 0;  // kCopy: the destination slot; kSave / kRestore: the snapshot
+  int64_t pos = 0;    // kSave / kRestore: the position the state stands at
+};
 
 class StatePool {
  public:
@@ -68,6 +83,19 @@ class StatePool {
   // Copies state and position of `from` into `to` (same pool).
   void copy(int32_t from, int32_t to);
 
+  // While logging, alloc() and copy() record what they changed (kZero,
+  // kCopy), and log() what others did (the prefix cache's snapshots), in
+  // order; take_log() hands the record over.
+  void set_logging(bool on) { logging_ = on; }
+  void log(const StateOp& op) {
+    if (logging_) log_.push_back(op);
+  }
+  std::vector<StateOp> take_log() { return std::exchange(log_, {}); }
+  // Replays `op` on this pool (a mirror); kSave / kRestore go to or from
+  // `snaps`, the mirror's snapshot pool. kInvalidArgument for a slot out
+  // of range or a snapshot op without a snapshot pool.
+  Status apply(const StateOp& op, StatePool* snaps);
+
  private:
   float* base(int32_t slot, int layer) {
     return data_.data() + slot_floats() * static_cast<size_t>(slot) +
@@ -84,6 +112,8 @@ class StatePool {
   std::vector<int64_t> pos_;
   std::vector<int32_t> free_;   // stack of free slots
   std::vector<uint8_t> used_;
+  bool logging_ = false;
+  std::vector<StateOp> log_;
 };
 
 }  // namespace sustain::kv

@@ -5,7 +5,8 @@
 // the official openai npm client; and a rank killed mid-request, which
 // rank 0 answers with a 503 JSON error before the job ends. Skipped where
 // the build has no MPI or mpirun was not found. The model is the server
-// tests' synth tiny-qwen3, so ../shared is not needed.
+// tests' synth tiny-qwen3 (no ../shared needed), except for the other
+// architectures' reference models (skipped without ../shared).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -266,6 +267,47 @@ TEST_P(SplitServeFaults, KilledRankFailsTheRequestWith503) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Splits, SplitServeFaults, ::testing::Values("layer", "tensor"));
+
+// The reference models the other architectures need: a hybrid (tiny-qwen35,
+// recurrent state whose slots and prefix snapshots rank 0 hands out and the
+// followers mirror) and a sliding-window model (tiny-gemma3) under the layer
+// split, against one process: concurrent prompts, and a prompt of several
+// pages twice, the second resumed from the prefix cache (a state snapshot
+// restored on every rank).
+TEST(SplitServeArchitectures, LayerSplitAnswersAsOneProcess) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  for (const std::string name : {"tiny-qwen35-f32", "tiny-gemma3-f32"}) {
+    SCOPED_TRACE(name);
+    const std::string m = ref_path("models/" + name + ".gguf");
+    const std::string args = "-c 2048 -np 4 --deterministic --state-snapshot-interval 64";
+    std::string why;
+    auto one = ServeProcess::start(args, &why, m);
+    ASSERT_TRUE(one != nullptr) << why;
+    auto split = ServeProcess::start(args + " --split layer", &why, m, mpirun(2));
+    ASSERT_TRUE(split != nullptr) << why;
+    json ids = json::array();
+    for (int i = 0; i < 200; ++i) ids.push_back(100 + i);
+    json long_body = {
+        {"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
+    std::vector<std::string> want, got(kPrompts.size());
+    for (const auto& p : kPrompts) want.push_back(complete(*one, body(p, 16)));
+    std::vector<std::thread> th;
+    for (size_t i = 0; i < kPrompts.size(); ++i)
+      th.emplace_back([&, i] { got[i] = complete(*split, body(kPrompts[i], 16)); });
+    for (auto& t : th) t.join();
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      ASSERT_FALSE(want[i].empty()) << one->stderr_text();
+      EXPECT_EQ(got[i], want[i]) << kPrompts[i] << "\n" << split->stderr_text();
+    }
+    const std::string cold = complete(*one, long_body);
+    json warm;
+    int st = 0;
+    EXPECT_EQ(complete(*split, long_body), cold) << split->stderr_text();
+    EXPECT_EQ(complete(*split, long_body, &st, &warm), cold);
+    EXPECT_GE(warm["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 64)
+        << warm.dump();
+  }
+}
 
 // `sustain bench --split` under mpirun: the ladder, a prefill point and the
 // concurrency ladder run over the ranks, and the report says what rank 0's

@@ -228,3 +228,74 @@ TEST(PrefixCacheWindow, SnapshotsBeyondTheCapacityReplaceTheOldest) {
 
 }  // namespace
 }  // namespace sustain::kv
+
+namespace sustain::kv {
+namespace {
+
+// A hybrid model's cache that logs its recurrent-state changes (an engine
+// over ranks: rank 0 hands out the slots), replayed on a mirror with its
+// own snapshot pool: a slot handed out zeroed, a snapshot saved at a page
+// boundary and restored into another sequence's slot, a slot copied. The
+// mirror then holds the same state at the same position in every slot.
+TEST(PrefixCacheState, LoggedStateOpsReplayOnAMirror) {
+  KvGeometry g = geometry();
+  g.state = {1, 2, 3, 1, 2, 2};  // one recurrent layer: conv 2×3, one 2×2 matrix
+  g.state_slots = 4;
+  auto c = KvCache::create(g, 64);
+  auto mirror = KvCache::create(g, 64);
+  auto snaps = StatePool::create(g.state, 2);
+  ASSERT_TRUE(c && mirror && snaps);
+  c->log_copies(true);
+  PrefixCache pc(*c, 2);
+  auto replay = [&] {
+    for (const StateOp& op : c->take_state_ops())
+      ASSERT_TRUE(mirror->states().apply(op, &*snaps).is_ok());
+  };
+  // Sequence a: its slot, handed out zeroed; "a forward" writes the same
+  // state on both sides (each rank computes its own layers' state).
+  const auto tok = seq(12);
+  PageTable a;
+  ASSERT_TRUE(c->reserve(a, 8).is_ok());
+  ASSERT_GE(a.state, 0);
+  std::fill_n(mirror->states().slot_data(a.state), mirror->states().slot_floats(), 9.0f);
+  replay();  // the zeroing of a's slot reaches the mirror
+  EXPECT_EQ(mirror->states().slot_data(a.state)[0], 0.0f);
+  for (StatePool* s : {&c->states(), &mirror->states()}) {
+    for (size_t i = 0; i < s->slot_floats(); ++i) s->slot_data(a.state)[i] = float(i + 1);
+    s->set_pos(a.state, 8);
+  }
+  store_tokens(*c, a, tok, 0, 8);
+  ASSERT_TRUE(pc.save_state(a, tok, 8));
+  // Replayed before the next forward, as the engine sends them with the
+  // next step: the snapshot is taken of the state at the page boundary.
+  replay();
+  // The next forward moves the state on, on both sides.
+  for (StatePool* s : {&c->states(), &mirror->states()}) {
+    s->slot_data(a.state)[0] = -5.0f;
+    s->set_pos(a.state, 9);
+  }
+  // Sequence b resumes from the snapshot at position 8.
+  PageTable b;
+  EXPECT_EQ(pc.attach(b, tok, 11), 8);
+  ASSERT_GE(b.state, 0);
+  ASSERT_NE(b.state, a.state);
+  const int32_t spare = c->states().alloc();
+  c->states().copy(b.state, spare);
+  replay();
+  for (int32_t s : {a.state, b.state, spare}) {
+    EXPECT_EQ(mirror->states().pos(s), c->states().pos(s)) << "slot " << s;
+    for (size_t i = 0; i < c->states().slot_floats(); ++i)
+      ASSERT_EQ(mirror->states().slot_data(s)[i], c->states().slot_data(s)[i])
+          << "slot " << s << " float " << i;
+  }
+  EXPECT_EQ(mirror->states().slot_data(b.state)[0], 1.0f);  // the snapshot's, not a's -5
+  EXPECT_EQ(mirror->states().pos(b.state), 8);
+  EXPECT_FALSE(mirror->states().apply({StateOp::kRestore, 0, 7, 0}, &*snaps).is_ok());
+  EXPECT_FALSE(mirror->states().apply({StateOp::kSave, 0, 0, 0}, nullptr).is_ok());
+  EXPECT_FALSE(mirror->states().apply({StateOp::kZero, 99, 0, 0}, &*snaps).is_ok());
+  c->release(a);
+  c->release(b);
+}
+
+}  // namespace
+}  // namespace sustain::kv
