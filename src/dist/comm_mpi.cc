@@ -38,7 +38,11 @@ long spin_budget_us() {
 // ranks meet at two all-reduces a block, a few µs apart), and a sleep there
 // costs a timer's slack (~50 µs) every time: 16 ms a token over 32
 // all-reduces on Llama 3.2 1B, against 2.7 ms spinning. So a wait spins for
-// the spin budget, then sleeps in steps growing to 100 µs.
+// the spin budget, then sleeps in steps growing to 100 µs — and to 2 ms once
+// it has waited 50 ms: a follower of a server with nothing to do, or of a
+// bench row that runs on rank 0 alone, would otherwise wake 10 000 times a
+// second beside the rank that works (a new request then waits up to 2 ms
+// more for the followers).
 int wait_sleeping(MPI_Request* req, MPI_Status* st) {
   int done = 0;
   if (int rc = MPI_Test(req, &done, st); rc != MPI_SUCCESS || done) return rc;
@@ -48,11 +52,13 @@ int wait_sleeping(MPI_Request* req, MPI_Status* st) {
     if (int rc = MPI_Test(req, &done, st); rc != MPI_SUCCESS) return rc;
     if (i % 32 == 0 && std::chrono::steady_clock::now() - t0 >= budget) break;
   }
-  long ns = 5000;
+  long ns = 5000, cap = 100000;
   while (!done) {
     const timespec ts{0, ns};
     nanosleep(&ts, nullptr);
-    ns = std::min(ns * 2, 100000L);
+    if (cap < 2000000 && std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(50))
+      cap = 2000000;
+    ns = std::min(ns * 2, cap);
     if (int rc = MPI_Test(req, &done, st); rc != MPI_SUCCESS) return rc;
   }
   return MPI_SUCCESS;
