@@ -306,18 +306,8 @@ int run_bench(const BenchArgs& a) {
     return fail(
         "bench --split measures the in-process engine over ranks; --url measures a "
         "server (start that one with mpirun ... sustain serve --split)");
-  auto r = open_ranks(a.split, a.model);
-  if (!r) return fail_launch(r.status());
-  Ranks& ranks = **r;
-  if (ranks.size() <= 1) return bench_main(a, nullptr);
-  const engine::EngineRanks er = engine_ranks(ranks);
-  if (ranks.follower()) {
-    Status st = engine::follow_engines(er);
-    if (!st)
-      std::fprintf(stderr, "sustain: error: rank %d: %s\n", ranks.rank(), st.message().c_str());
-    return finish_engine_ranks(ranks, st ? 0 : 1);
-  }
-  return finish_engine_ranks(ranks, bench_main(a, &er));
+  return run_engine_command(a.split, a.model,
+                            [&a](const engine::EngineRanks* r) { return bench_main(a, r); });
 }
 
 int run_bandwidth(const BenchArgs& a, bool as_json) {

@@ -243,18 +243,8 @@ int run_serve(const ServeArgs& a) {
     const sigset_t sigs = serve_signals();
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   }
-  auto r = open_ranks(a.split, a.m.model);
-  if (!r) return fail_launch(r.status());
-  Ranks& ranks = **r;
-  if (ranks.size() <= 1) return serve_main(a, nullptr);
-  const engine::EngineRanks er = engine_ranks(ranks);
-  if (ranks.follower()) {
-    Status st = engine::follow_engines(er);
-    if (!st)
-      std::fprintf(stderr, "sustain: error: rank %d: %s\n", ranks.rank(), st.message().c_str());
-    return finish_engine_ranks(ranks, st ? 0 : 1);
-  }
-  return finish_engine_ranks(ranks, serve_main(a, &er));
+  return run_engine_command(a.split, a.m.model,
+                            [&a](const engine::EngineRanks* r) { return serve_main(a, r); });
 }
 
 }  // namespace

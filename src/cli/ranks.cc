@@ -215,6 +215,22 @@ int finish_engine_ranks(Ranks& r, int rc) {
   return rc;
 }
 
+int run_engine_command(const SplitArgs& a, const std::string& model_path,
+                       const std::function<int(const engine::EngineRanks*)>& main) {
+  auto r = open_ranks(a, model_path);
+  if (!r) return fail_launch(r.status());
+  Ranks& ranks = **r;
+  if (ranks.size() <= 1) return main(nullptr);
+  const engine::EngineRanks er = engine_ranks(ranks);
+  if (ranks.follower()) {
+    Status st = engine::follow_engines(er);
+    if (!st)
+      std::fprintf(stderr, "sustain: error: rank %d: %s\n", ranks.rank(), st.message().c_str());
+    return finish_engine_ranks(ranks, st ? 0 : 1);
+  }
+  return finish_engine_ranks(ranks, main(&er));
+}
+
 Status broadcast_step(Ranks& r, Step& s) {
   if (r.size() <= 1) return Status::ok();
   // [stop, all_logits, batch, tokens...]: int32 is enough, -b is at most 65536.

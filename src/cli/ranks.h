@@ -4,6 +4,7 @@
 // follow (follow_steps) until rank 0 says stop.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,12 @@ int finish_ranks(Ranks& r, int rc);
 // finish_ranks does, with the engine's end message.
 engine::EngineRanks engine_ranks(Ranks& r);
 int finish_engine_ranks(Ranks& r, int rc);
+
+// serve and bench: opens the ranks for `model_path`, runs `main` on rank 0
+// (with the engine ranks, or null for one process) while the others follow
+// its engines, and ends the job. Returns the exit code.
+int run_engine_command(const SplitArgs& a, const std::string& model_path,
+                       const std::function<int(const engine::EngineRanks*)>& main);
 
 // The message rank 0 broadcasts before each forward step: what to feed.
 struct Step {

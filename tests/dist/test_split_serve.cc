@@ -263,7 +263,9 @@ TEST_P(SplitServeFaults, KilledRankFailsTheRequestWith503) {
   EXPECT_NE(stream_tail.find("\"error\""), std::string::npos) << stream_tail;
   EXPECT_NE(rc, -1) << "the job still runs 10 s after rank 1 was killed";
   EXPECT_NE(rc, 0) << "the job exited 0";
-  if (rank0 > 0) EXPECT_TRUE(gone_soon(rank0)) << "rank 0 outlived the job by 2 s";
+  if (rank0 > 0) {
+    EXPECT_TRUE(gone_soon(rank0)) << "rank 0 outlived the job by 2 s";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Splits, SplitServeFaults, ::testing::Values("layer", "tensor"));
