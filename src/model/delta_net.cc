@@ -155,6 +155,7 @@ void delta_net_block(const Model& m, int layer, int state_layer, TokenSpan s,
     }
   kernels::matmul(L.ssm_out, ws.ssm_o.data(), inner, T, ws.cur.data(), d, pool,
                   ws.matmul_scratch.data());
+  reduce_partial(ws, ws.cur.data(), T * d);  // tensor split: each rank's value heads
   for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);
 }
 

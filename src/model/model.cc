@@ -62,31 +62,76 @@ kernels::WeightView rows_of(kernels::WeightView v, int64_t r0, int64_t r1) {
   return v;
 }
 
-// Input columns [c0, c1) of a matrix, c0 on a block boundary of its format,
-// copied row by row into `store` so the rank's share is contiguous: a view
-// over the whole rows read half of every row and measured 2x slower than the
-// whole matrix (decode, streaming every layer once; Zen 4), and it kept
-// every page of the matrix resident on every rank.
-kernels::WeightView cols_of(kernels::WeightView v, int64_t c0, int64_t c1,
+// Index ranges [begin, end) of a matrix's rows or columns, or a vector's
+// entries, in the order the rank keeps them.
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+int64_t count(const Ranges& rs) {
+  int64_t n = 0;
+  for (const auto& [b, e] : rs) n += e - b;
+  return n;
+}
+
+// The rank reads only its copy of a matrix from now on: hand the mapped pages
+// of the source back (the page cache keeps them), so the process holds its
+// share and not the whole matrix.
+void release(const kernels::WeightView& v) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto src = reinterpret_cast<uintptr_t>(v.data);
+  const auto b = (src + page - 1) / page * page;
+  const auto e = (src + static_cast<size_t>(v.n_out) * v.row_bytes) / page * page;
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
+// Input columns `cols` of a matrix, each range starting on a block boundary
+// of its format, copied row by row into `store` so the rank's share is
+// contiguous: a view over the whole rows read half of every row and
+// measured 2x slower than the whole matrix (decode, streaming every layer
+// once; Zen 4), and it kept every page of the matrix resident on every rank.
+kernels::WeightView cols_of(kernels::WeightView v, const Ranges& cols,
                             std::vector<std::unique_ptr<uint8_t[]>>& store) {
-  const size_t off = qtype_row_bytes(v.type, static_cast<uint64_t>(c0));
-  const size_t row = qtype_row_bytes(v.type, static_cast<uint64_t>(c1 - c0));
+  const size_t row = qtype_row_bytes(v.type, static_cast<uint64_t>(count(cols)));
   auto buf = std::make_unique_for_overwrite<uint8_t[]>(row * static_cast<size_t>(v.n_out));
   const auto* src = static_cast<const uint8_t*>(v.data);
-  for (int64_t r = 0; r < v.n_out; ++r)
-    std::memcpy(buf.get() + static_cast<size_t>(r) * row, src + static_cast<size_t>(r) * v.row_bytes + off,
-                row);
-  // The rank reads only the copy from now on: hand the mapped pages the
-  // copy touched back (the page cache keeps them), so the process holds
-  // its share and not the whole matrix.
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto b = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
-  const auto e =
-      (reinterpret_cast<uintptr_t>(src) + static_cast<size_t>(v.n_out) * v.row_bytes) / page * page;
-  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+  for (int64_t r = 0; r < v.n_out; ++r) {
+    uint8_t* dst = buf.get() + static_cast<size_t>(r) * row;
+    for (const auto& [c0, c1] : cols) {
+      const size_t off = qtype_row_bytes(v.type, static_cast<uint64_t>(c0));
+      const size_t n = qtype_row_bytes(v.type, static_cast<uint64_t>(c1 - c0));
+      std::memcpy(dst, src + static_cast<size_t>(r) * v.row_bytes + off, n);
+      dst += n;
+    }
+  }
+  release(v);
   v.data = buf.get();
-  v.n_in = c1 - c0;
+  v.n_in = count(cols);
   v.row_bytes = row;
+  store.push_back(std::move(buf));
+  return v;
+}
+
+kernels::WeightView cols_of(kernels::WeightView v, int64_t c0, int64_t c1,
+                            std::vector<std::unique_ptr<uint8_t[]>>& store) {
+  return cols_of(v, Ranges{{c0, c1}}, store);
+}
+
+// Rows `rows` of a matrix: a view into the same bytes where they are one
+// range, else copied together into `store`.
+kernels::WeightView rows_of(kernels::WeightView v, const Ranges& rows,
+                            std::vector<std::unique_ptr<uint8_t[]>>& store) {
+  if (rows.size() == 1) return rows_of(v, rows[0].first, rows[0].second);
+  auto buf =
+      std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(count(rows)) * v.row_bytes);
+  uint8_t* dst = buf.get();
+  for (const auto& [r0, r1] : rows) {
+    const size_t n = static_cast<size_t>(r1 - r0) * v.row_bytes;
+    std::memcpy(dst, static_cast<const uint8_t*>(v.data) + static_cast<size_t>(r0) * v.row_bytes,
+                n);
+    dst += n;
+  }
+  release(v);
+  v.data = buf.get();
+  v.n_out = count(rows);
   store.push_back(std::move(buf));
   return v;
 }
@@ -94,6 +139,35 @@ kernels::WeightView cols_of(kernels::WeightView v, int64_t c0, int64_t c1,
 std::vector<float> slice(const std::vector<float>& v, int64_t b, int64_t e) {
   if (v.empty()) return v;
   return {v.begin() + b, v.begin() + e};
+}
+
+// Entries `rs` of a vector whose items are `width` floats each.
+std::vector<float> gather(const std::vector<float>& v, const Ranges& rs, int64_t width = 1) {
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(count(rs) * width));
+  for (const auto& [b, e] : rs) out.insert(out.end(), v.begin() + b * width, v.begin() + e * width);
+  return out;
+}
+
+// A DeltaNet block's cut (TensorShard::ssm_k_begin): the rank's value heads,
+// group by group, as ranges of the model's value heads, times `scale`.
+Ranges value_heads(const ArchConfig& c, const TensorShard& s, int64_t scale, int64_t offset = 0) {
+  Ranges rs;
+  const int64_t hk = c.ssm_n_k_heads;
+  for (int64_t g = 0; g < int64_t{c.ssm_n_v_heads} / hk; ++g)
+    rs.push_back(
+        {offset + (g * hk + s.ssm_k_begin) * scale, offset + (g * hk + s.ssm_k_end) * scale});
+  return rs;
+}
+
+// Its channels of the convolution (and rows of attn_qkv): its key heads' q
+// and k channels, then its value heads' v channels.
+Ranges conv_channels(const ArchConfig& c, const TensorShard& s) {
+  const int64_t hk = c.ssm_n_k_heads, hd = c.ssm_head_dim;
+  Ranges rs{{s.ssm_k_begin * hd, s.ssm_k_end * hd},
+            {(hk + s.ssm_k_begin) * hd, (hk + s.ssm_k_end) * hd}};
+  for (const auto& r : value_heads(c, s, hd, 2 * hk * hd)) rs.push_back(r);
+  return rs;
 }
 
 // Cuts every block's weights to the rank's share (model/shard.h); Model::load
@@ -104,18 +178,35 @@ void apply_shard(const ArchConfig& c, const TensorShard& s, ModelWeights& w,
                  std::vector<std::unique_ptr<uint8_t[]>>& store) {
   w.output = rows_of(w.output, s.vocab_begin, s.vocab_end);
   const int64_t hk = c.head_dim_k, hv = c.head_dim_v;
-  for (uint32_t il = 0; il < c.n_layer; ++il) {
+  // qwen35: attn_q's rows hold each head's query and then its gate.
+  const int64_t q_rows = c.has_attn_gate() ? 2 * hk : hk;
+  // An MTP block stays as mapped: speculation does not run over ranks, so
+  // no rank reads it.
+  for (uint32_t il = 0; il < c.n_main_layer(); ++il) {
     LayerWeights& L = w.layers[il];
-    L.wq = rows_of(L.wq, s.head_begin * hk, s.head_end * hk);
+    L.w_gate = rows_of(L.w_gate, s.ff_begin, s.ff_end);
+    L.w_up = rows_of(L.w_up, s.ff_begin, s.ff_end);
+    L.w_down = cols_of(L.w_down, s.ff_begin, s.ff_end, store);
+    if (c.is_recurrent(il)) {
+      const int64_t hd = c.ssm_head_dim;
+      const Ranges ch = conv_channels(c, s);
+      L.ssm_qkv = rows_of(L.ssm_qkv, ch, store);
+      L.ssm_conv = gather(L.ssm_conv, ch, c.ssm_conv_kernel);
+      L.ssm_gate = rows_of(L.ssm_gate, value_heads(c, s, hd), store);
+      L.ssm_beta = rows_of(L.ssm_beta, value_heads(c, s, 1), store);
+      L.ssm_alpha = rows_of(L.ssm_alpha, value_heads(c, s, 1), store);
+      L.ssm_dt_bias = gather(L.ssm_dt_bias, value_heads(c, s, 1));
+      L.ssm_a = gather(L.ssm_a, value_heads(c, s, 1));
+      L.ssm_out = cols_of(L.ssm_out, value_heads(c, s, hd), store);
+      continue;
+    }
+    L.wq = rows_of(L.wq, s.head_begin * q_rows, s.head_end * q_rows);
     L.bq = slice(L.bq, s.head_begin * hk, s.head_end * hk);
     L.wk = rows_of(L.wk, s.kv_begin * hk, s.kv_end * hk);
     L.bk = slice(L.bk, s.kv_begin * hk, s.kv_end * hk);
     L.wv = rows_of(L.wv, s.kv_begin * hv, s.kv_end * hv);
     L.bv = slice(L.bv, s.kv_begin * hv, s.kv_end * hv);
     if (s.o_by_columns) L.wo = cols_of(L.wo, s.head_begin * hv, s.head_end * hv, store);
-    L.w_gate = rows_of(L.w_gate, s.ff_begin, s.ff_end);
-    L.w_up = rows_of(L.w_up, s.ff_begin, s.ff_end);
-    L.w_down = cols_of(L.w_down, s.ff_begin, s.ff_end, store);
   }
 }
 
@@ -191,18 +282,24 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const Tens
                  path, qtype_name(w.output.type));
   m->file_cfg_ = c;
   if (shard) {
-    if (c.is_hybrid() || c.is_moe() || c.n_nextn > 0)
+    if (c.is_moe())
       return error(Code::kUnsupported, "{}: the tensor split of {} models is not built yet", path,
                    arch_name(c.arch));
     SUSTAIN_ASSIGN_OR_RETURN(const ShardGranules g, shard_granules(c, f));
     // The cut must be one tensor_shards could have made for this file.
-    if (shard->head_begin < 0 || shard->ff_begin < 0 || shard->n_heads() < 1 || shard->n_ff() < 1 || shard->sub_group < 1 ||
-        shard->head_end > static_cast<int>(c.n_head) || shard->ff_end > int64_t{c.n_ff} ||
-        (c.n_head / c.n_head_kv) % shard->sub_group != 0 ||
+    if (shard->head_begin < 0 || shard->ff_begin < 0 || shard->n_heads() < 1 || shard->n_ff() < 1 ||
+        shard->sub_group < 1 || shard->head_end > static_cast<int>(c.n_head) ||
+        shard->ff_end > int64_t{c.n_ff} || (c.n_head / c.n_head_kv) % shard->sub_group != 0 ||
         shard->n_heads() % shard->sub_group != 0 || shard->ff_begin % g.down_block != 0 ||
         shard->n_ff() % g.down_block != 0 || shard->vocab_begin < 0 || shard->n_vocab() < 0 ||
         shard->vocab_end > int64_t{c.n_vocab} ||
-        (shard->o_by_columns && (shard->head_begin * int64_t{c.head_dim_v}) % g.o_block != 0))
+        (shard->o_by_columns && (shard->head_begin * int64_t{c.head_dim_v}) % g.o_block != 0) ||
+        (c.is_hybrid() && (shard->ssm_k_begin < 0 || shard->n_ssm_k() < 1 ||
+                           shard->ssm_k_end > static_cast<int>(c.ssm_n_k_heads) ||
+                           c.ssm_n_k_heads == 0 || c.ssm_n_v_heads % c.ssm_n_k_heads != 0 ||
+                           (shard->ssm_k_begin * int64_t{c.ssm_head_dim}) % g.ssm_out_block != 0 ||
+                           (shard->ssm_k_end * int64_t{c.ssm_head_dim}) % g.ssm_out_block != 0 ||
+                           (int64_t{c.ssm_n_k_heads} * c.ssm_head_dim) % g.ssm_out_block != 0)))
       return error(Code::kInvalidArgument, "{}: a tensor split cut the file's formats cannot take ({})",
                    path, describe(*shard));
     apply_shard(c, *shard, w, m->owned_);

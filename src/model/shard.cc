@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -27,12 +28,12 @@ std::vector<int64_t> split_bounds(int64_t total, const std::vector<double>& shar
 Expected<ShardGranules> shard_granules(const ArchConfig& c, const gguf::File& f) {
   ShardGranules g;
   for (uint32_t il = 0; il < c.n_layer; ++il) {
-    for (const char* role : {"attn_output", "ffn_down"}) {
+    for (const char* role : {"attn_output", "ffn_down", "ssm_out"}) {
       const std::string name = fmt::format("blk.{}.{}.weight", il, role);
       const gguf::TensorInfo* t = f.find_tensor(name);
       if (!t) continue;  // validate_weights names a missing tensor
       const int64_t blk = qtype_traits(t->type).block_elems;
-      int64_t& dst = role[0] == 'a' ? g.o_block : g.down_block;
+      int64_t& dst = role[0] == 'a' ? g.o_block : role[0] == 'f' ? g.down_block : g.ssm_out_block;
       dst = std::max(dst, blk);
     }
   }
@@ -64,10 +65,6 @@ Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
   for (double s : shares)
     if (!(s > 0.0) || !std::isfinite(s))
       return error(Code::kInvalidArgument, "a share of {} is not a positive number", s);
-  if (c.is_hybrid() || c.n_nextn > 0)
-    return error(Code::kUnsupported,
-                 "the tensor split of {} models (recurrent blocks) is not built yet",
-                 arch_name(c.arch));
   if (c.is_moe())
     return error(Code::kUnsupported,
                  "the tensor split of mixture-of-experts models ({}) is not built yet",
@@ -127,6 +124,33 @@ Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
                    "the shares leave rank {} without a row of the output matrix's {}", r,
                    c.n_vocab);
 
+  // Gated DeltaNet: units of u key heads, u the fewest whose value columns
+  // of ssm_out (head_dim each) fill whole blocks of its format, so every
+  // run of a rank's value heads starts a block.
+  std::vector<int64_t> kb{0, 0};
+  if (c.is_hybrid()) {
+    const int64_t hk = c.ssm_n_k_heads, hv = c.ssm_n_v_heads, hd = c.ssm_head_dim;
+    if (hk < 1 || hv % hk != 0)
+      return error(Code::kInvalidArgument,
+                   "DeltaNet: {} value heads do not read {} key heads evenly", hv, hk);
+    const int64_t blk = std::max<int64_t>(g.ssm_out_block, 1);
+    const int64_t u = blk / std::gcd(blk, hd);
+    if (hk % u != 0)
+      return error(Code::kInvalidArgument,
+                   "DeltaNet: {} key heads of {} columns cannot be cut at the {}-column blocks of "
+                   "ssm_out's format",
+                   hk, hd, blk);
+    kb = split_bounds(hk / u, shares);
+    for (int r = 0; r < R; ++r)
+      if (kb[r + 1] <= kb[r])
+        return error(Code::kInvalidArgument,
+                     "the shares leave rank {} without a DeltaNet key head of the model's {} (cut "
+                     "in runs of {}, as ssm_out's format holds {} columns per block; key heads per "
+                     "rank: {}); give it a larger share, or use fewer ranks",
+                     r, hk, u, blk, per_part(kb, u));
+    for (int64_t& b : kb) b *= u;
+  }
+
   std::vector<TensorShard> out(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
     TensorShard& s = out[static_cast<size_t>(r)];
@@ -142,6 +166,10 @@ Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
     s.ff_end = fb[r + 1] * g.down_block;
     s.vocab_begin = split_head ? vb[r] : 0;
     s.vocab_end = split_head ? vb[r + 1] : (r == 0 ? c.n_vocab : 0);
+    if (c.is_hybrid()) {
+      s.ssm_k_begin = static_cast<int>(kb[r]);
+      s.ssm_k_end = static_cast<int>(kb[r + 1]);
+    }
   }
   return out;
 }
@@ -151,15 +179,24 @@ ArchConfig shard_config(const ArchConfig& c, const TensorShard& s) {
   l.n_head = static_cast<uint32_t>(s.n_heads());
   l.n_head_kv = static_cast<uint32_t>(s.n_kv_cached());
   l.n_ff = static_cast<uint32_t>(s.n_ff());
+  if (c.is_hybrid() && c.ssm_n_k_heads > 0) {
+    const uint32_t per_key = c.ssm_n_v_heads / c.ssm_n_k_heads;
+    l.ssm_n_k_heads = static_cast<uint32_t>(s.n_ssm_k());
+    l.ssm_n_v_heads = l.ssm_n_k_heads * per_key;
+    l.ssm_inner = l.ssm_n_v_heads * c.ssm_head_dim;
+  }
   return l;
 }
 
 std::string describe(const TensorShard& s) {
   return fmt::format(
-      "query heads {}-{} (KV heads {}-{}{}), FFN columns {}-{}, attn_output {}, {}", s.head_begin,
+      "query heads {}-{} (KV heads {}-{}{}), {}FFN columns {}-{}, attn_output {}, {}", s.head_begin,
       s.head_end - 1, s.kv_begin, s.kv_end - 1,
-      s.expands_kv() ? fmt::format(", cached as {}", s.n_kv_cached()) : "", s.ff_begin,
-      s.ff_end - 1, s.o_by_columns ? "by columns" : "whole (heads gathered)",
+      s.expands_kv() ? fmt::format(", cached as {}", s.n_kv_cached()) : "",
+      s.n_ssm_k() > 0 ? fmt::format("DeltaNet key heads {}-{} with their value heads, ",
+                                    s.ssm_k_begin, s.ssm_k_end - 1)
+                      : std::string(),
+      s.ff_begin, s.ff_end - 1, s.o_by_columns ? "by columns" : "whole (heads gathered)",
       s.n_vocab() > 0 ? fmt::format("output rows {}-{}", s.vocab_begin, s.vocab_end - 1)
                       : std::string("no output rows"));
 }

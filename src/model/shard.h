@@ -2,10 +2,13 @@
 // when a model is split by tensors over several ranks. A rank keeps a run of
 // query heads with the K/V heads they read (and caches only those), the
 // matching columns of attn_output, and a run of the FFN's hidden columns
-// (rows of gate/up, columns of down). Its attn_output and ffn_down products
-// are partial sums that the ranks add together (one all-reduce each); the
-// cuts fall on the block boundaries of the matrices' formats, so every rank
-// reads its weights in place.
+// (rows of gate/up, columns of down). A hybrid model's Gated DeltaNet blocks
+// are cut by key heads: a rank keeps a run of them with every value head
+// that reads them, those heads' channels of the convolution and their
+// recurrent state, and the matching columns of ssm_out. Its attn_output,
+// ssm_out and ffn_down products are partial sums that the ranks add together
+// (one all-reduce each); the cuts fall on the block boundaries of the
+// matrices' formats, so every rank reads its weights in place.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +46,15 @@ struct TensorShard {
   // its share when the head is split (rank 0 gathers the logits), all of
   // them on rank 0 and none elsewhere when it is not.
   int64_t vocab_begin = 0, vocab_end = 0;
+  // Gated DeltaNet blocks (hybrid models): key heads [ssm_k_begin,
+  // ssm_k_end) of the model's ssm_n_k_heads, and the value heads that read
+  // them — value head j reads key head j mod n_k, so key head k is read by
+  // k, k + n_k, k + 2·n_k, … The rank orders its value heads group by group
+  // (all of its heads of the first n_k, then of the next), which keeps the
+  // rule "local value head j reads local key head j mod (its key heads)".
+  int ssm_k_begin = 0, ssm_k_end = 0;
 
+  int n_ssm_k() const { return ssm_k_end - ssm_k_begin; }
   int n_heads() const { return head_end - head_begin; }
   int n_kv_cached() const { return n_heads() / sub_group; }
   int64_t n_ff() const { return ff_end - ff_begin; }
@@ -53,22 +64,23 @@ struct TensorShard {
 };
 
 // The formats' blocks the cuts must respect: the widest block (in elements)
-// of any block's attn_output and ffn_down (1 for f32/f16).
+// of any block's attn_output, ffn_down and ssm_out (1 for f32/f16).
 struct ShardGranules {
-  int64_t o_block = 1, down_block = 1;
+  int64_t o_block = 1, down_block = 1, ssm_out_block = 1;
 };
 Expected<ShardGranules> shard_granules(const ArchConfig& c, const gguf::File& f);
 
 // Each rank's share for `shares.size()` ranks; `split_head`: the output
 // matrix by vocabulary rows too (else all on rank 0). kInvalidArgument naming
 // the rank when a share leaves a rank without a query head, an FFN block or
-// (split head) a vocabulary row; kUnsupported for architectures not split
-// yet (recurrent, MoE).
+// (split head) a vocabulary row, or (hybrid) a DeltaNet key head; kUnsupported
+// for architectures not split yet (MoE).
 Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
                                                  const std::vector<double>& shares,
                                                  const ShardGranules& g, bool split_head = true);
 
-// The architecture as the rank sees it: its heads, cached KV heads and FFN width.
+// The architecture as the rank sees it: its heads, cached KV heads, FFN
+// width and DeltaNet heads.
 ArchConfig shard_config(const ArchConfig& c, const TensorShard& s);
 
 // "heads 0-3 (KV 0), FFN 0-4095, attn_output by columns" for logs and errors.

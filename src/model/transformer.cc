@@ -53,6 +53,11 @@ void embed(const Model& m, TokenSpan s, Workspace& ws) {
   }
 }
 
+void reduce_partial(Workspace& ws, float* y, int64_t n) {
+  if (!ws.stage || !ws.stage->all_reduce || !ws.comm_status) return;
+  ws.comm_status = ws.stage->all_reduce(y, n);
+}
+
 int stage_begin(const Workspace& ws) {
   return ws.stage ? ws.stage->layer_begin : 0;
 }
@@ -115,12 +120,6 @@ void matmul_same_input(std::initializer_list<std::pair<const kernels::WeightView
   for (const auto& [w, y] : ps) jobs[n++] = {*w, x, w->n_in, rows, y, w->n_out};
   kernels::matmul_batch(std::span(jobs.data(), n), pool, ws.matmul_scratch.data(),
                         ws.matmul_scratch.size());
-}
-
-// Tensor split: this rank's partial product summed with the other ranks'.
-void reduce_partial(Workspace& ws, float* y, int64_t n) {
-  if (!ws.stage || !ws.stage->all_reduce || !ws.comm_status) return;
-  ws.comm_status = ws.stage->all_reduce(y, n);
 }
 
 // Tensor split where a KV head's query group spans ranks: the rank caches

@@ -26,6 +26,11 @@ kernels::RopeParams rope_params(const ArchConfig& c, const ModelWeights& w, bool
 // ws.x[t] = embedding row of token t.
 void embed(const Model& m, TokenSpan s, Workspace& ws);
 
+// Tensor split: this rank's partial product y (n floats) summed with the
+// other ranks' in place (one all-reduce); nothing on one rank. A failure is
+// kept in ws.comm_status for stage_output to return.
+void reduce_partial(Workspace& ws, float* y, int64_t n);
+
 // The blocks this forward computes, [stage_begin, stage_end): all the main
 // blocks (an MTP block is not run by the forward), or those of the pipeline
 // stage in ws.stage (model/stage.h).

@@ -61,7 +61,19 @@ uint64_t shard_bytes(const ArchConfig& c, const TensorShard& s, const TensorEntr
                                      static_cast<uint64_t>(t.shape[0])
                                : t.bytes;
   };
-  if (is(".attn_q.weight") || is(".attn_q.bias")) return rows_bytes(t, s.n_heads() * hk);
+  // qwen35: attn_q's rows hold each head's query and its gate.
+  if (is(".attn_q.weight") || is(".attn_q.bias"))
+    return rows_bytes(t, s.n_heads() * hk * (c.has_attn_gate() ? 2 : 1));
+  // Gated DeltaNet: the rank's key heads and the value heads that read them.
+  const int64_t hd = c.ssm_head_dim;
+  const int64_t vh =
+      c.ssm_n_k_heads > 0 ? int64_t{s.n_ssm_k()} * (c.ssm_n_v_heads / c.ssm_n_k_heads) : 0;
+  if (is(".attn_qkv.weight") || is(".ssm_conv1d.weight"))
+    return rows_bytes(t, (2 * int64_t{s.n_ssm_k()} + vh) * hd);
+  if (is(".attn_gate.weight")) return rows_bytes(t, vh * hd);
+  if (is(".ssm_beta.weight") || is(".ssm_alpha.weight") || is(".ssm_dt.bias") || is(".ssm_a"))
+    return rows_bytes(t, vh);
+  if (is(".ssm_out.weight")) return cols(vh * hd);
   if (is(".attn_k.weight") || is(".attn_k.bias")) return rows_bytes(t, kv * hk);
   if (is(".attn_v.weight") || is(".attn_v.bias")) return rows_bytes(t, kv * hv);
   if (is(".attn_output.weight")) return s.o_by_columns ? cols(s.n_heads() * hv) : t.bytes;
@@ -220,17 +232,19 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   for (const Device& dv : in.devices) ratios.push_back(dv.ratio);
   if (ratios.empty()) ratios.push_back(1.0);
 
-  // A dense transformer's tensor split is cut as a run cuts it
+  // A dense or hybrid transformer's tensor split is cut as a run cuts it
   // (model/shard.h): query heads with their KV heads, attn_output columns,
-  // FFN columns and output rows at the formats' block boundaries.
+  // DeltaNet key heads with their value heads, FFN columns and output rows,
+  // at the formats' block boundaries.
   std::vector<TensorShard> shards;
-  if (row && !c.is_hybrid() && !c.is_moe() && c.n_nextn == 0) {
+  if (row && !c.is_moe()) {
     ShardGranules gr;
     for (const TensorEntry& t : in.tensors) {
       const bool o = t.name.ends_with(".attn_output.weight");
-      if (!o && !t.name.ends_with(".ffn_down.weight")) continue;
+      const bool ssm = t.name.ends_with(".ssm_out.weight");
+      if (!o && !ssm && !t.name.ends_with(".ffn_down.weight")) continue;
       const int64_t blk = qtype_traits(t.type).block_elems;
-      int64_t& dst = o ? gr.o_block : gr.down_block;
+      int64_t& dst = o ? gr.o_block : ssm ? gr.ssm_out_block : gr.down_block;
       dst = std::max(dst, blk);
     }
     SUSTAIN_ASSIGN_OR_RETURN(shards, tensor_shards(c, ratios, gr));
@@ -268,7 +282,13 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
     }
     u.kv_bytes_per_token = kv_layers * uint64_t(u.kv_heads) * kv_row;
     u.window_bytes_per_token = window_layers * uint64_t(u.kv_heads) * kv_row;
-    if (c.is_hybrid()) {
+    if (c.is_hybrid() && !shards.empty()) {
+      // Each rank's DeltaNet heads: their channels of the conv rows and
+      // their S matrices (the rank's config, as its cache sizes them).
+      const ArchConfig rc = shard_config(c, shards[d]);
+      const uint64_t conv = uint64_t{rc.ssm_conv_kernel - 1} * rc.ssm_conv_channels();
+      u.state_per_sequence = state_layers * (conv + rc.ssm_n_v_heads * ssm_head) * sizeof(float);
+    } else if (c.is_hybrid()) {
       // Conv rows stay whole on device 0 under a tensor split (they are small).
       const uint64_t heads = row ? static_cast<uint64_t>(vb[d + 1] - vb[d]) : c.ssm_n_v_heads;
       const uint64_t conv = row && d != 0 ? 0 : conv_layer;
@@ -388,8 +408,10 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
     if (!row) {
       p.comm_bytes_per_token = static_cast<uint64_t>(embd * (R - 1) + vocab);
     } else if (!shards.empty()) {
-      double b = c.n_layer * 2.0 * embd * 2.0 * (R - 1) / R;
-      if (!shards[0].o_by_columns) b += c.n_layer * 4.0 * c.q_dim() * (R - 1) / R;
+      // Two all-reduces per main block (after attention or DeltaNet, after
+      // the FFN); attention heads gathered where attn_output is not cut.
+      double b = c.n_main_layer() * 2.0 * embd * 2.0 * (R - 1) / R;
+      if (!shards[0].o_by_columns) b += c.n_kv_layer() * 4.0 * c.q_dim() * (R - 1) / R;
       b += vocab * (R - 1) / R;
       p.comm_bytes_per_token = static_cast<uint64_t>(b);
     }

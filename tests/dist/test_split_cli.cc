@@ -188,7 +188,8 @@ TEST_P(TensorSplitLogits, EqualOneRank) {
   const Logits one = logits(m, 0, kv, m + "_tone");
   ASSERT_FALSE(one.v.empty());
   std::vector<SplitCase> cases{{2, ""}, {2, "2,1.5"}, {3, "2,1.5,1"}};
-  if (m == "tiny-qwen2-Q4_K_M") cases.pop_back();  // 2 FFN blocks: at most 2 ranks
+  // tiny-qwen2 Q4_K_M: 2 FFN blocks; tiny-qwen35: 2 DeltaNet key heads. At most 2 ranks.
+  if (m == "tiny-qwen2-Q4_K_M" || m.starts_with("tiny-qwen35")) cases.pop_back();
   for (const SplitCase c : cases) {
     SCOPED_TRACE(fmt::format("{} ranks, ratio '{}'", c.np, c.ratio));
     const std::string ratio = *c.ratio ? std::string(" -ts ") + c.ratio : "";
@@ -206,7 +207,7 @@ TEST_P(TensorSplitLogits, EqualOneRank) {
     // Every query head and FFN column on exactly one rank, in order.
     const auto& sh = split.side["shards"];
     ASSERT_EQ(sh.size(), static_cast<size_t>(c.np));
-    int64_t head = 0, col = 0;
+    int64_t head = 0, col = 0, key = 0;
     for (const auto& s : sh) {
       EXPECT_EQ(s["query_heads"][0].get<int64_t>(), head);
       EXPECT_EQ(s["ffn_columns"][0].get<int64_t>(), col);
@@ -214,7 +215,14 @@ TEST_P(TensorSplitLogits, EqualOneRank) {
       EXPECT_LT(col, s["ffn_columns"][1].get<int64_t>());
       head = s["query_heads"][1].get<int64_t>();
       col = s["ffn_columns"][1].get<int64_t>();
+      // A hybrid's DeltaNet blocks: a run of key heads each, in order.
+      if (m.starts_with("tiny-qwen35")) {
+        EXPECT_EQ(s["deltanet_key_heads"][0].get<int64_t>(), key);
+        EXPECT_LT(key, s["deltanet_key_heads"][1].get<int64_t>());
+        key = s["deltanet_key_heads"][1].get<int64_t>();
+      }
     }
+    if (m.starts_with("tiny-qwen35")) EXPECT_EQ(key, 2);
     EXPECT_EQ(split.side["split"], "tensor");
   }
 }
@@ -222,7 +230,8 @@ TEST_P(TensorSplitLogits, EqualOneRank) {
 INSTANTIATE_TEST_SUITE_P(Models, TensorSplitLogits,
                          ::testing::Values("tiny-llama-f32", "tiny-llama-Q4_K_M",
                                            "tiny-qwen3-Q4_K_M", "tiny-gemma3-f32",
-                                           "tiny-qwen2-Q4_K_M"),
+                                           "tiny-qwen2-Q4_K_M", "tiny-qwen35-f32",
+                                           "tiny-qwen35-Q8_0"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s)
@@ -292,14 +301,28 @@ TEST(TensorSplitRun, GreedyTextIsIdentical) {
     EXPECT_EQ(run_text(m, 2, "--temp 0 --split tensor --ratio 2,1.5"), greedy);
     EXPECT_EQ(run_text(m, 3, "--temp 0 --split tensor"), greedy);
   }
+  // qwen35: each rank's DeltaNet heads keep their own recurrent state.
+  const std::string h = "tiny-qwen35-Q8_0";
+  EXPECT_EQ(run_text(h, 2, "--temp 0 --split tensor --ratio 2,1.5"), run_text(h, 0, "--temp 0"));
+  EXPECT_EQ(run_text(h, 2, "--temp 0.9 -s 7 --split tensor"), run_text(h, 0, "--temp 0.9 -s 7"));
+}
+
+// A hybrid's DeltaNet blocks are cut by key heads: tiny-qwen35 has 2, so a
+// third rank is refused before loading, naming the block and the count.
+TEST(TensorSplitRun, TooFewDeltaNetKeyHeadsAreRefused) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  const CliResult r =
+      run_cli("run -m " + model("tiny-qwen35-f32") + " -p hi -n 2 -t 1 --split tensor",
+              "env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=3 ");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("without a DeltaNet key head of the model's 2"), std::string::npos) << r.err;
 }
 
 // Architectures the tensor split does not cut yet are refused before
 // loading, naming the reason.
 TEST(TensorSplitRun, UnsplitArchitecturesAreRefused) {
   SUSTAIN_REQUIRE_MPIRUN();
-  for (const auto& [m, says] : {std::pair{"tiny-qwen35-f32", "recurrent blocks"},
-                                std::pair{"tiny-qwen3moe-f32", "mixture-of-experts"}}) {
+  for (const auto& [m, says] : {std::pair{"tiny-qwen3moe-f32", "mixture-of-experts"}}) {
     const CliResult r = run_cli("run -m " + model(m) + " -p hi -n 2 -t 1 --split tensor",
                                 "env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 ");
     EXPECT_NE(r.exit_code, 0);

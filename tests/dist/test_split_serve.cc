@@ -272,11 +272,14 @@ INSTANTIATE_TEST_SUITE_P(Splits, SplitServeFaults, ::testing::Values("layer", "t
 
 // The reference models the other architectures need: a hybrid (tiny-qwen35,
 // recurrent state whose slots and prefix snapshots rank 0 hands out and the
-// followers mirror) and a sliding-window model (tiny-gemma3) under the layer
-// split, against one process: concurrent prompts, and a prompt of several
-// pages twice, the second resumed from the prefix cache (a state snapshot
-// restored on every rank).
-TEST(SplitServeArchitectures, LayerSplitAnswersAsOneProcess) {
+// followers mirror; under the tensor split each rank holds its DeltaNet
+// heads' part of every state) and a sliding-window model (tiny-gemma3),
+// against one process: concurrent prompts, and a prompt of several pages
+// twice, the second resumed from the prefix cache (a state snapshot restored
+// on every rank).
+class SplitServeArchitectures : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SplitServeArchitectures, AnswerAsOneProcess) {
   SUSTAIN_REQUIRE_MPIRUN();
   for (const std::string name : {"tiny-qwen35-f32", "tiny-gemma3-f32"}) {
     SCOPED_TRACE(name);
@@ -285,7 +288,7 @@ TEST(SplitServeArchitectures, LayerSplitAnswersAsOneProcess) {
     std::string why;
     auto one = ServeProcess::start(args, &why, m);
     ASSERT_TRUE(one != nullptr) << why;
-    auto split = ServeProcess::start(args + " --split layer", &why, m, mpirun(2));
+    auto split = ServeProcess::start(args + " --split " + GetParam(), &why, m, mpirun(2));
     ASSERT_TRUE(split != nullptr) << why;
     json ids = json::array();
     for (int i = 0; i < 200; ++i) ids.push_back(100 + i);
@@ -310,6 +313,8 @@ TEST(SplitServeArchitectures, LayerSplitAnswersAsOneProcess) {
         << warm.dump();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Splits, SplitServeArchitectures, ::testing::Values("layer", "tensor"));
 
 // `sustain bench --split` under mpirun: the ladder, a prefill point and the
 // concurrency ladder run over the ranks, and the report says what rank 0's

@@ -380,7 +380,9 @@ TEST(PlanSplit, TensorSplitEqualsWhatEachRankLoads) {
        {std::pair<std::string, std::vector<double>>{"tiny-llama-f32", {2.0, 1.5}},
         {"tiny-llama-Q4_K_M", {1.0, 1.0, 1.0}},
         {"tiny-qwen2-Q4_K_M", {1.0, 1.0}},
-        {"tiny-qwen3-Q4_K_M", {1.0, 2.0}}}) {
+        {"tiny-qwen3-Q4_K_M", {1.0, 2.0}},
+        {"tiny-qwen35-f32", {2.0, 1.5}},
+        {"tiny-qwen35-Q8_0", {1.0, 1.0}}}) {
     SCOPED_TRACE(name);
     const std::string path = ref_path("models/" + name + ".gguf");
     auto whole = Model::load(path);
@@ -406,10 +408,21 @@ TEST(PlanSplit, TensorSplitEqualsWhatEachRankLoads) {
         held += static_cast<uint64_t>(v.n_out) * v.row_bytes;
       };
       auto vec = [&](const std::vector<float>& v) { held += v.size() * sizeof(float); };
-      for (const LayerWeights& L : w.layers) {
-        for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) mat(*v);
-        for (const auto* v : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.attn_post_norm,
-                              &L.ffn_post_norm, &L.bq, &L.bk, &L.bv})
+      const ArchConfig& fc = (*m)->file_config();
+      for (uint32_t il = 0; il < fc.n_layer; ++il) {
+        // An MTP block (qwen35) stays whole as mapped, which the plan puts
+        // on the first device; no rank reads it (speculation does not run
+        // over ranks).
+        if (fc.is_nextn(il) && d > 0) continue;
+        const LayerWeights& L = w.layers[il];
+        for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ssm_qkv,
+                              &L.ssm_gate, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out, &L.nextn_eh_proj,
+                              &L.nextn_embed, &L.nextn_head})
+          if (v->data) mat(*v);
+        for (const auto* v :
+             {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.attn_post_norm, &L.ffn_post_norm,
+              &L.bq, &L.bk, &L.bv, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_conv, &L.ssm_norm,
+              &L.nextn_enorm, &L.nextn_hnorm, &L.nextn_head_norm})
           vec(*v);
       }
       mat(w.output);
@@ -417,6 +430,11 @@ TEST(PlanSplit, TensorSplitEqualsWhatEachRankLoads) {
       if (d == 0 && !(*m)->config().tied_output) mat(w.token_embd);
       EXPECT_EQ(p.devices[d].weights, held) << "device " << d;
       EXPECT_EQ(p.devices[d].kv_heads, static_cast<int>((*m)->config().n_head_kv));
+      // A hybrid's recurrent state per sequence: the rank's DeltaNet heads.
+      if (fc.is_hybrid()) {
+        const kv::KvGeometry g = (*m)->kv_geometry(QType::F16, QType::F16, 16, 1);
+        EXPECT_EQ(p.devices[d].state_per_sequence, g.state.slot_bytes()) << "device " << d;
+      }
     }
   }
 }
