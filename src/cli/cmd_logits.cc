@@ -70,7 +70,8 @@ int logits_main(const LogitsArgs& a, Ranks& ranks) {
                     {"ffn_columns", {t.ff_begin, t.ff_end}},
                     {"output_rows", {t.vocab_begin, t.vocab_end}},
                     {"attn_output", t.o_by_columns ? "columns" : "whole"},
-                    {"deltanet_key_heads", {t.ssm_k_begin, t.ssm_k_end}}});
+                    {"deltanet_key_heads", {t.ssm_k_begin, t.ssm_k_end}},
+                    {"experts", {t.expert_begin, t.expert_end}}});
   } else if (ranks.split()) {
     j["split"] = "layer";
     j["ranks"] = ranks.size();

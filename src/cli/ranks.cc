@@ -16,8 +16,8 @@ namespace sustain::cli {
 void add_split_flags(CLI::App* sub, SplitArgs& a) {
   sub->add_option("--split,--split-mode", a.split,
                   "run one model over the ranks of an mpirun job (alias -sm): none, layer "
-                  "(contiguous blocks per rank), tensor (alias row: every block's heads and FFN "
-                  "columns shared out)")
+                  "(contiguous blocks per rank), tensor (alias row: every block's heads, DeltaNet "
+                  "heads, FFN columns or experts shared out)")
       ->capture_default_str();
   sub->add_option("--ratio,--tensor-split", a.ratio,
                   "share of each rank, comma-separated (alias -ts; 2,1.5); default: even");

@@ -184,9 +184,17 @@ void apply_shard(const ArchConfig& c, const TensorShard& s, ModelWeights& w,
   // no rank reads it.
   for (uint32_t il = 0; il < c.n_main_layer(); ++il) {
     LayerWeights& L = w.layers[il];
-    L.w_gate = rows_of(L.w_gate, s.ff_begin, s.ff_end);
-    L.w_up = rows_of(L.w_up, s.ff_begin, s.ff_end);
-    L.w_down = cols_of(L.w_down, s.ff_begin, s.ff_end, store);
+    if (c.is_moe()) {
+      // The rank's experts stay views into the mapping; the others are
+      // dropped (their pages are never touched).
+      for (auto* exps : {&L.gate_exps, &L.up_exps, &L.down_exps})
+        for (int e = 0; e < static_cast<int>(exps->size()); ++e)
+          if (e < s.expert_begin || e >= s.expert_end) (*exps)[static_cast<size_t>(e)] = {};
+    } else {
+      L.w_gate = rows_of(L.w_gate, s.ff_begin, s.ff_end);
+      L.w_up = rows_of(L.w_up, s.ff_begin, s.ff_end);
+      L.w_down = cols_of(L.w_down, s.ff_begin, s.ff_end, store);
+    }
     if (c.is_recurrent(il)) {
       const int64_t hd = c.ssm_head_dim;
       const Ranges ch = conv_channels(c, s);
@@ -208,6 +216,29 @@ void apply_shard(const ArchConfig& c, const TensorShard& s, ModelWeights& w,
     L.bv = slice(L.bv, s.kv_begin * hv, s.kv_end * hv);
     if (s.o_by_columns) L.wo = cols_of(L.wo, s.head_begin * hv, s.head_end * hv, store);
   }
+}
+
+// Whether `s` is a cut tensor_shards could have made for this file: its
+// ranges inside the model and on the formats' block boundaries.
+bool cut_fits(const ArchConfig& c, const ShardGranules& g, const TensorShard& s) {
+  const bool heads = s.head_begin >= 0 && s.n_heads() >= 1 && s.sub_group >= 1 &&
+                     s.head_end <= static_cast<int>(c.n_head) && c.n_head_kv > 0 &&
+                     (c.n_head / c.n_head_kv) % s.sub_group == 0 &&
+                     s.n_heads() % s.sub_group == 0 &&
+                     (!s.o_by_columns || (s.head_begin * int64_t{c.head_dim_v}) % g.o_block == 0);
+  const bool vocab = s.vocab_begin >= 0 && s.n_vocab() >= 0 && s.vocab_end <= int64_t{c.n_vocab};
+  const bool ffn = c.is_moe() ? s.expert_begin >= 0 && s.n_experts() >= 1 &&
+                                    s.expert_end <= static_cast<int>(c.n_expert)
+                              : s.n_experts() == 0 && s.ff_begin >= 0 && s.n_ff() >= 1 &&
+                                    s.ff_end <= int64_t{c.n_ff} && s.ff_begin % g.down_block == 0 &&
+                                    s.n_ff() % g.down_block == 0;
+  const int64_t hd = c.ssm_head_dim, blk = g.ssm_out_block;
+  const bool ssm =
+      !c.is_hybrid() ||
+      (s.ssm_k_begin >= 0 && s.n_ssm_k() >= 1 && s.ssm_k_end <= static_cast<int>(c.ssm_n_k_heads) &&
+       c.ssm_n_v_heads % c.ssm_n_k_heads == 0 && (s.ssm_k_begin * hd) % blk == 0 &&
+       (s.ssm_k_end * hd) % blk == 0 && (int64_t{c.ssm_n_k_heads} * hd) % blk == 0);
+  return heads && vocab && ffn && ssm;
 }
 
 }  // namespace
@@ -282,24 +313,8 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const Tens
                  path, qtype_name(w.output.type));
   m->file_cfg_ = c;
   if (shard) {
-    if (c.is_moe())
-      return error(Code::kUnsupported, "{}: the tensor split of {} models is not built yet", path,
-                   arch_name(c.arch));
     SUSTAIN_ASSIGN_OR_RETURN(const ShardGranules g, shard_granules(c, f));
-    // The cut must be one tensor_shards could have made for this file.
-    if (shard->head_begin < 0 || shard->ff_begin < 0 || shard->n_heads() < 1 || shard->n_ff() < 1 ||
-        shard->sub_group < 1 || shard->head_end > static_cast<int>(c.n_head) ||
-        shard->ff_end > int64_t{c.n_ff} || (c.n_head / c.n_head_kv) % shard->sub_group != 0 ||
-        shard->n_heads() % shard->sub_group != 0 || shard->ff_begin % g.down_block != 0 ||
-        shard->n_ff() % g.down_block != 0 || shard->vocab_begin < 0 || shard->n_vocab() < 0 ||
-        shard->vocab_end > int64_t{c.n_vocab} ||
-        (shard->o_by_columns && (shard->head_begin * int64_t{c.head_dim_v}) % g.o_block != 0) ||
-        (c.is_hybrid() && (shard->ssm_k_begin < 0 || shard->n_ssm_k() < 1 ||
-                           shard->ssm_k_end > static_cast<int>(c.ssm_n_k_heads) ||
-                           c.ssm_n_k_heads == 0 || c.ssm_n_v_heads % c.ssm_n_k_heads != 0 ||
-                           (shard->ssm_k_begin * int64_t{c.ssm_head_dim}) % g.ssm_out_block != 0 ||
-                           (shard->ssm_k_end * int64_t{c.ssm_head_dim}) % g.ssm_out_block != 0 ||
-                           (int64_t{c.ssm_n_k_heads} * c.ssm_head_dim) % g.ssm_out_block != 0)))
+    if (!cut_fits(c, g, *shard))
       return error(Code::kInvalidArgument, "{}: a tensor split cut the file's formats cannot take ({})",
                    path, describe(*shard));
     apply_shard(c, *shard, w, m->owned_);
@@ -372,6 +387,7 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
     ws.expert_next.resize(c.n_expert);
     ws.expert_in.resize(g * c.n_embd);
     ws.expert_out.resize(g * c.n_embd);
+    if (shard_) ws.moe_partial.resize(n * c.n_embd);
   }
   ws.logits_in.resize(n * c.n_embd);
   if (c.has_attn_gate()) {

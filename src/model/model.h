@@ -73,6 +73,8 @@ struct Workspace {
   // chosen experts and weights [max_tokens, n_expert_used]; the rows routed to
   // experts, gathered [expert_group_rows, n_embd], and their output.
   std::vector<float> router_logits, expert_weight, expert_in, expert_out;
+  // A tensor split's rank: its experts' weighted outputs [max_tokens, n_embd].
+  std::vector<float> moe_partial;
   // expert_rows lists the (token, slot) pairs routed to each expert, expert
   // by expert; expert e's run is [expert_start[e], expert_start[e + 1]).
   std::vector<int32_t> expert_id, expert_rows, expert_start, expert_next;

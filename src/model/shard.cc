@@ -65,10 +65,6 @@ Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
   for (double s : shares)
     if (!(s > 0.0) || !std::isfinite(s))
       return error(Code::kInvalidArgument, "a share of {} is not a positive number", s);
-  if (c.is_moe())
-    return error(Code::kUnsupported,
-                 "the tensor split of mixture-of-experts models ({}) is not built yet",
-                 arch_name(c.arch));
   const int n_head = static_cast<int>(c.n_head), n_kv = static_cast<int>(c.n_head_kv);
   if (n_kv < 1 || n_head % n_kv != 0)
     return error(Code::kInvalidArgument, "{} query heads do not share {} KV heads evenly", n_head,
@@ -103,13 +99,24 @@ Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
   for (int r = 1; r < R; ++r)
     o_cols = o_cols && (hb[r] * d * static_cast<int64_t>(c.head_dim_v)) % g.o_block == 0;
 
-  // FFN: whole blocks of ffn_down's format per rank.
+  // FFN: whole blocks of ffn_down's format per rank; a mixture of experts
+  // whole experts instead (its dense width is unused: every rank keeps it).
   const int64_t n_ff = c.n_ff;
-  if (g.down_block < 1 || n_ff % g.down_block != 0)
+  std::vector<int64_t> fb, eb;
+  if (c.is_moe()) {
+    eb = split_bounds(c.n_expert, shares);
+    for (int r = 0; r < R; ++r)
+      if (eb[r + 1] <= eb[r])
+        return error(Code::kInvalidArgument,
+                     "the shares leave rank {} without an expert of the model's {} (experts per "
+                     "rank: {}); give it a larger share, or use fewer ranks",
+                     r, c.n_expert, per_part(eb, 1));
+  } else if (g.down_block < 1 || n_ff % g.down_block != 0) {
     return error(Code::kInvalidArgument, "an FFN of {} columns is not whole blocks of {}", n_ff,
                  g.down_block);
-  const std::vector<int64_t> fb = split_bounds(n_ff / g.down_block, shares);
-  for (int r = 0; r < R; ++r)
+  }
+  if (!c.is_moe()) fb = split_bounds(n_ff / g.down_block, shares);
+  for (int r = 0; !c.is_moe() && r < R; ++r)
     if (fb[r + 1] <= fb[r])
       return error(Code::kInvalidArgument,
                    "the shares leave rank {} without a block of the FFN's {} columns (ffn_down is "
@@ -162,8 +169,12 @@ Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
     s.kv_begin = s.head_begin / group;
     s.kv_end = (s.head_end - 1) / group + 1;
     s.o_by_columns = o_cols;
-    s.ff_begin = fb[r] * g.down_block;
-    s.ff_end = fb[r + 1] * g.down_block;
+    s.ff_begin = c.is_moe() ? 0 : fb[r] * g.down_block;
+    s.ff_end = c.is_moe() ? n_ff : fb[r + 1] * g.down_block;
+    if (c.is_moe()) {
+      s.expert_begin = static_cast<int>(eb[r]);
+      s.expert_end = static_cast<int>(eb[r + 1]);
+    }
     s.vocab_begin = split_head ? vb[r] : 0;
     s.vocab_end = split_head ? vb[r + 1] : (r == 0 ? c.n_vocab : 0);
     if (c.is_hybrid()) {
@@ -190,13 +201,15 @@ ArchConfig shard_config(const ArchConfig& c, const TensorShard& s) {
 
 std::string describe(const TensorShard& s) {
   return fmt::format(
-      "query heads {}-{} (KV heads {}-{}{}), {}FFN columns {}-{}, attn_output {}, {}", s.head_begin,
+      "query heads {}-{} (KV heads {}-{}{}), {}{}, attn_output {}, {}", s.head_begin,
       s.head_end - 1, s.kv_begin, s.kv_end - 1,
       s.expands_kv() ? fmt::format(", cached as {}", s.n_kv_cached()) : "",
       s.n_ssm_k() > 0 ? fmt::format("DeltaNet key heads {}-{} with their value heads, ",
                                     s.ssm_k_begin, s.ssm_k_end - 1)
                       : std::string(),
-      s.ff_begin, s.ff_end - 1, s.o_by_columns ? "by columns" : "whole (heads gathered)",
+      s.n_experts() > 0 ? fmt::format("experts {}-{}", s.expert_begin, s.expert_end - 1)
+                        : fmt::format("FFN columns {}-{}", s.ff_begin, s.ff_end - 1),
+      s.o_by_columns ? "by columns" : "whole (heads gathered)",
       s.n_vocab() > 0 ? fmt::format("output rows {}-{}", s.vocab_begin, s.vocab_end - 1)
                       : std::string("no output rows"));
 }

@@ -53,8 +53,14 @@ struct TensorShard {
   // (all of its heads of the first n_k, then of the next), which keeps the
   // rule "local value head j reads local key head j mod (its key heads)".
   int ssm_k_begin = 0, ssm_k_end = 0;
+  // Mixture of experts: the experts [expert_begin, expert_end) of n_expert,
+  // whole (their gate, up and down matrices). Every rank routes every token
+  // with the whole router and runs the chosen experts it holds; the ranks'
+  // weighted sums are partial sums of the block's output (one all-reduce).
+  int expert_begin = 0, expert_end = 0;
 
   int n_ssm_k() const { return ssm_k_end - ssm_k_begin; }
+  int n_experts() const { return expert_end - expert_begin; }
   int n_heads() const { return head_end - head_begin; }
   int n_kv_cached() const { return n_heads() / sub_group; }
   int64_t n_ff() const { return ff_end - ff_begin; }
@@ -73,8 +79,8 @@ Expected<ShardGranules> shard_granules(const ArchConfig& c, const gguf::File& f)
 // Each rank's share for `shares.size()` ranks; `split_head`: the output
 // matrix by vocabulary rows too (else all on rank 0). kInvalidArgument naming
 // the rank when a share leaves a rank without a query head, an FFN block or
-// (split head) a vocabulary row, or (hybrid) a DeltaNet key head; kUnsupported
-// for architectures not split yet (MoE).
+// (split head) a vocabulary row, (hybrid) a DeltaNet key head or (MoE) an
+// expert.
 Expected<std::vector<TensorShard>> tensor_shards(const ArchConfig& c,
                                                  const std::vector<double>& shares,
                                                  const ShardGranules& g, bool split_head = true);

@@ -286,13 +286,19 @@ void moe_ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, Thread
   // decode step): one batch of every gate and up product of the group, the
   // SwiGLU, one batch of the down products (kernels::matmul_batch: two pool
   // regions each, however many experts). Outputs are added back to x expert
-  // by expert, in expert order, as one expert at a time would.
+  // by expert, in expert order, as one expert at a time would. A rank of a
+  // tensor split runs only its experts and adds their outputs into
+  // ws.moe_partial, which the ranks sum (one all-reduce) before it joins x.
+  const TensorShard* sh = m.shard();
+  const int e_begin = sh ? sh->expert_begin : 0, e_end = sh ? sh->expert_end : E;
+  float* partial = sh ? ws.moe_partial.data() : nullptr;
+  if (partial) std::fill_n(partial, T * d, 0.0f);
   const int64_t cap = ws.expert_group_rows;
   std::vector<kernels::MatmulJob>& jobs = ws.expert_jobs;
-  for (int e0 = 0; e0 < E;) {
+  for (int e0 = e_begin; e0 < e_end;) {
     const int32_t g0 = ws.expert_start[e0];
     int e1 = e0;
-    while (e1 < E && ws.expert_start[e1 + 1] - g0 <= cap) ++e1;
+    while (e1 < e_end && ws.expert_start[e1 + 1] - g0 <= cap) ++e1;
     SUSTAIN_CHECK(e1 > e0);  // an expert has at most max_tokens <= cap rows
     const int32_t g1 = ws.expert_start[e1];
     for (int32_t r = g0; r < g1; ++r) {
@@ -321,11 +327,15 @@ void moe_ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, Thread
     for (int32_t r = g0; r < g1; ++r) {
       const int32_t slot = rows[static_cast<size_t>(r)];
       const float w = ws.expert_weight[static_cast<size_t>(slot)];
-      float* x = ws.x.data() + (slot / K) * d;
+      float* x = (partial ? partial : ws.x.data()) + (slot / K) * d;
       const float* y = ws.expert_out.data() + (r - g0) * d;
       for (int64_t k = 0; k < d; ++k) x[k] += w * y[k];
     }
     e0 = e1;
+  }
+  if (partial) {
+    reduce_partial(ws, partial, T * d);
+    for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, partial + i * d, d);
   }
 }
 

@@ -74,6 +74,9 @@ uint64_t shard_bytes(const ArchConfig& c, const TensorShard& s, const TensorEntr
   if (is(".ssm_beta.weight") || is(".ssm_alpha.weight") || is(".ssm_dt.bias") || is(".ssm_a"))
     return rows_bytes(t, vh);
   if (is(".ssm_out.weight")) return cols(vh * hd);
+  // Mixture of experts: the rank's whole experts of each stack.
+  if (c.is_moe() && is_expert_stack(t.name))
+    return t.bytes / c.n_expert * static_cast<uint64_t>(s.n_experts());
   if (is(".attn_k.weight") || is(".attn_k.bias")) return rows_bytes(t, kv * hk);
   if (is(".attn_v.weight") || is(".attn_v.bias")) return rows_bytes(t, kv * hv);
   if (is(".attn_output.weight")) return s.o_by_columns ? cols(s.n_heads() * hv) : t.bytes;
@@ -232,12 +235,12 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   for (const Device& dv : in.devices) ratios.push_back(dv.ratio);
   if (ratios.empty()) ratios.push_back(1.0);
 
-  // A dense or hybrid transformer's tensor split is cut as a run cuts it
-  // (model/shard.h): query heads with their KV heads, attn_output columns,
-  // DeltaNet key heads with their value heads, FFN columns and output rows,
-  // at the formats' block boundaries.
+  // A tensor split is cut as a run cuts it (model/shard.h): query heads
+  // with their KV heads, attn_output columns, DeltaNet key heads with their
+  // value heads, FFN columns or whole experts, and output rows, at the
+  // formats' block boundaries.
   std::vector<TensorShard> shards;
-  if (row && !c.is_moe()) {
+  if (row) {
     ShardGranules gr;
     for (const TensorEntry& t : in.tensors) {
       const bool o = t.name.ends_with(".attn_output.weight");
@@ -349,7 +352,9 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
       // Each device's part of the tensor, as Model::load cuts it.
       for (size_t d = 0; d < n_dev; ++d) {
         const uint64_t b = shard_bytes(c, shards[d], t);
-        add(d, b, b);
+        // A decode step reads the experts the token chose, as many of the
+        // rank's as fall there on average.
+        add(d, b, c.is_moe() && is_expert_stack(t.name) ? b / c.n_expert * c.n_expert_used : b);
       }
       // The embedding rows a step reads (the tied table's other use).
       if (output && embd) add(0, 0, t.bytes / static_cast<uint64_t>(std::max<int64_t>(1, t.shape[0])));

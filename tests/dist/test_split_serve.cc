@@ -273,15 +273,16 @@ INSTANTIATE_TEST_SUITE_P(Splits, SplitServeFaults, ::testing::Values("layer", "t
 // The reference models the other architectures need: a hybrid (tiny-qwen35,
 // recurrent state whose slots and prefix snapshots rank 0 hands out and the
 // followers mirror; under the tensor split each rank holds its DeltaNet
-// heads' part of every state) and a sliding-window model (tiny-gemma3),
-// against one process: concurrent prompts, and a prompt of several pages
-// twice, the second resumed from the prefix cache (a state snapshot restored
-// on every rank).
+// heads' part of every state), a sliding-window model (tiny-gemma3) and a
+// mixture of experts (tiny-qwen3moe; under the tensor split each rank runs
+// the chosen experts it holds), against one process: concurrent prompts,
+// and a prompt of several pages twice, the second resumed from the prefix
+// cache (a state snapshot restored on every rank).
 class SplitServeArchitectures : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SplitServeArchitectures, AnswerAsOneProcess) {
   SUSTAIN_REQUIRE_MPIRUN();
-  for (const std::string name : {"tiny-qwen35-f32", "tiny-gemma3-f32"}) {
+  for (const std::string name : {"tiny-qwen35-f32", "tiny-gemma3-f32", "tiny-qwen3moe-f32"}) {
     SCOPED_TRACE(name);
     const std::string m = ref_path("models/" + name + ".gguf");
     const std::string args = "-c 2048 -np 4 --deterministic --state-snapshot-interval 64";

@@ -90,13 +90,67 @@ TEST(TensorShards, RefusesWhatCannotBeCut) {
             std::string::npos)
       << ffn.status().message();
   EXPECT_FALSE(tensor_shards(c, {1.0, -1.0}, {1, 1}).has_value());
-  ArchConfig moe = c;
+}
+
+// A mixture of experts is cut by whole experts, in proportion to the shares.
+TEST(TensorShards, MixtureOfExpertsByWholeExperts) {
+  ArchConfig moe = dense(8, 2, 32, 768);
   moe.n_expert = 8;
   moe.n_expert_used = 2;
-  EXPECT_EQ(tensor_shards(moe, {1, 1}, {1, 1}).status().code(), Code::kUnsupported);
-  ArchConfig hybrid = c;
-  hybrid.arch = Arch::kQwen35;
-  EXPECT_EQ(tensor_shards(hybrid, {1, 1}, {1, 1}).status().code(), Code::kUnsupported);
+  auto s = tensor_shards(moe, {2.0, 1.5, 1.0}, {1, 1});
+  ASSERT_TRUE(s.has_value()) << s.status().message();
+  // round(8 · 2/4.5) = 4, round(8 · 3.5/4.5) = 6.
+  EXPECT_EQ((*s)[0].expert_begin, 0);
+  EXPECT_EQ((*s)[0].expert_end, 4);
+  EXPECT_EQ((*s)[1].expert_end, 6);
+  EXPECT_EQ((*s)[2].expert_end, 8);
+  EXPECT_NE(describe((*s)[1]).find("experts 4-5"), std::string::npos) << describe((*s)[1]);
+  auto few = tensor_shards(moe, {8, 1}, {1, 1});  // round(8 · 8/9) = 7: still one each
+  ASSERT_TRUE(few.has_value());
+  ArchConfig wide = moe;  // heads enough for 9 ranks, experts not
+  wide.n_head = wide.n_head_kv = 32;
+  auto none = tensor_shards(wide, std::vector<double>(9, 1.0), {1, 1});
+  ASSERT_FALSE(none.has_value());
+  EXPECT_NE(none.status().message().find("without an expert of the model's 8"), std::string::npos)
+      << none.status().message();
+}
+
+// A hybrid's DeltaNet blocks are cut by key heads in runs that fill whole
+// blocks of ssm_out's format.
+TEST(TensorShards, DeltaNetByKeyHeads) {
+  ArchConfig h = dense(8, 2, 32, 768);
+  h.arch = Arch::kQwen35;
+  h.full_attention_interval = 4;
+  h.ssm_n_k_heads = 4;
+  h.ssm_n_v_heads = 8;
+  h.ssm_head_dim = 32;
+  h.ssm_inner = 8 * 32;
+  h.ssm_conv_kernel = 4;
+  ASSERT_TRUE(h.is_hybrid());
+  ShardGranules g;
+  auto s = tensor_shards(h, {1, 1}, g);
+  ASSERT_TRUE(s.has_value()) << s.status().message();
+  EXPECT_EQ((*s)[0].ssm_k_begin, 0);
+  EXPECT_EQ((*s)[0].ssm_k_end, 2);
+  EXPECT_EQ((*s)[1].ssm_k_end, 4);
+  const ArchConfig r1 = shard_config(h, (*s)[1]);
+  EXPECT_EQ(r1.ssm_n_k_heads, 2u);
+  EXPECT_EQ(r1.ssm_n_v_heads, 4u);  // value heads 2, 3, 6, 7
+  EXPECT_EQ(r1.ssm_inner, 4u * 32);
+  // ssm_out in 64-column blocks: runs of 2 key heads of 32 columns, so 3
+  // ranks leave one without a run.
+  g.ssm_out_block = 64;
+  auto three = tensor_shards(h, {1, 1, 1}, g);
+  ASSERT_FALSE(three.has_value());
+  EXPECT_NE(three.status().message().find("without a DeltaNet key head of the model's 4 (cut in "
+                                          "runs of 2"),
+            std::string::npos)
+      << three.status().message();
+  // 256-column blocks cannot be met by 4 key heads of 32 columns at all.
+  g.ssm_out_block = 256;
+  EXPECT_FALSE(tensor_shards(h, {1, 1}, g).has_value());
+  h.ssm_n_v_heads = 6;  // not a multiple of the key heads
+  EXPECT_FALSE(tensor_shards(h, {1, 1}, ShardGranules{}).has_value());
 }
 
 // Ranks in threads: all_reduce and gather_heads through shared slots.

@@ -382,7 +382,8 @@ TEST(PlanSplit, TensorSplitEqualsWhatEachRankLoads) {
         {"tiny-qwen2-Q4_K_M", {1.0, 1.0}},
         {"tiny-qwen3-Q4_K_M", {1.0, 2.0}},
         {"tiny-qwen35-f32", {2.0, 1.5}},
-        {"tiny-qwen35-Q8_0", {1.0, 1.0}}}) {
+        {"tiny-qwen35-Q8_0", {1.0, 1.0}},
+        {"tiny-qwen3moe-Q8_0", {2.0, 1.5}}}) {
     SCOPED_TRACE(name);
     const std::string path = ref_path("models/" + name + ".gguf");
     auto whole = Model::load(path);
@@ -417,8 +418,11 @@ TEST(PlanSplit, TensorSplitEqualsWhatEachRankLoads) {
         const LayerWeights& L = w.layers[il];
         for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ssm_qkv,
                               &L.ssm_gate, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out, &L.nextn_eh_proj,
-                              &L.nextn_embed, &L.nextn_head})
+                              &L.nextn_embed, &L.nextn_head, &L.router})
           if (v->data) mat(*v);
+        for (const auto* exps : {&L.gate_exps, &L.up_exps, &L.down_exps})
+          for (const kernels::WeightView& v : *exps)
+            if (v.data) mat(v);  // the rank's experts
         for (const auto* v :
              {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.attn_post_norm, &L.ffn_post_norm,
               &L.bq, &L.bk, &L.bv, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_conv, &L.ssm_norm,
