@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -11,6 +13,7 @@
 #include "bench/load.h"
 #include "bench/roofline.h"
 #include "bench/stats.h"
+#include "engine/ranks.h"
 #include "tensor/kv_names.h"
 
 namespace sustain::bench {
@@ -87,6 +90,48 @@ json split_json(const engine::EngineStats& st) {
           {"ranks", st.split_ranks},
           {"comm_bytes_per_step", static_cast<double>(st.comm_bytes) / steps},
           {"comm_ms_per_step", 1e3 * st.comm_seconds / steps}};
+}
+
+// Over ranks, the seed's question: which layout wins a read-heavy workload
+// (long generation: decode tok/s P50 at the deepest context all rows
+// measured) and which a write-heavy one (long prompts: prefill tok/s of that
+// rung's new tokens). Rows are named by name and layout; null where fewer
+// than two layouts ran.
+json split_verdict(const json& rows) {
+  std::set<std::string> layouts;
+  size_t depth = SIZE_MAX;
+  for (const auto& r : rows) {
+    layouts.insert(r["split"].is_null() ? "one process" : r["split"]["mode"].get<std::string>());
+    depth = std::min(depth, r["ladder"].size());
+  }
+  if (layouts.size() < 2 || depth == 0 || depth == SIZE_MAX) return nullptr;
+  json out = json::object();
+  for (const auto& [key, field, what] :
+       {std::tuple{"read_heavy", "tok_s_p50", "decode tok/s P50"},
+        std::tuple{"write_heavy", "prefill_tok_s", "prefill tok/s"}}) {
+    json cand = json::array();
+    int best = -1;
+    double best_v = -1.0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const json& cell = rows[i]["ladder"][depth - 1];
+      const json& v = cell[field];
+      if (!v.is_number()) continue;
+      const std::string layout = rows[i]["split"].is_null()
+                                     ? "one process"
+                                     : rows[i]["split"]["mode"].get<std::string>() + " split";
+      cand.push_back({{"row", rows[i]["name"]}, {"layout", layout}, {"value", v}});
+      if (v.get<double>() > best_v) {
+        best_v = v.get<double>();
+        best = static_cast<int>(cand.size()) - 1;
+      }
+    }
+    if (best < 0) continue;
+    out[key] = {{"winner", cand[static_cast<size_t>(best)]},
+                {"by", fmt::format("{} at context {}", what,
+                                   rows[0]["ladder"][depth - 1]["ctx"].get<int64_t>())},
+                {"rows", cand}};
+  }
+  return out;
 }
 
 }  // namespace
@@ -170,13 +215,14 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
       }
     } else if (k == "split") {
       // Over ranks (mpirun … bench --split): off runs the row on rank 0
-      // alone, the same run on one rank; on returns to the job's split.
-      if (v != "on" && v != "off")
+      // alone, the same run on one rank; layer or tensor over the same
+      // ranks cut that way; on returns to the job's split.
+      if (v != "on" && v != "off" && v != "layer" && v != "tensor")
         return error(Code::kInvalidArgument,
-                     "--ablate '{}': split must be on (the job's --split) or off (rank 0 alone), "
-                     "got '{}'",
+                     "--ablate '{}': split must be on (the job's --split), off (rank 0 alone), "
+                     "layer or tensor (the same ranks cut that way), got '{}'",
                      spec, v);
-      row.split_off = v == "off";
+      row.split = v;
     } else if (k == "model") {
       if (!std::filesystem::exists(v))
         return error(Code::kNotFound, "--ablate '{}': model file '{}' does not exist", spec, v);
@@ -201,6 +247,35 @@ Status check_ablation(const std::vector<std::string>& specs) {
   return Status::ok();
 }
 
+Status place_row(AblationRow& row, const std::string& spec, const engine::EngineRanks* ranks) {
+  const std::string& sp = row.split;
+  if (sp == "on") return Status::ok();
+  if (ranks == nullptr)
+    return error(Code::kInvalidArgument,
+                 "--ablate '{}': the bench runs in one process; start it with mpirun … --split "
+                 "layer|tensor to compare layouts",
+                 spec);
+  if (sp == "off") {
+    row.cfg.ranks = nullptr;
+    return Status::ok();
+  }
+  std::string why;
+  row.cfg.ranks = ranks->layout(sp == "tensor", &why);
+  if (row.cfg.ranks == nullptr)
+    return error(Code::kInvalidArgument, "--ablate '{}': the model cannot be split by {} here: {}",
+                 spec, sp == "tensor" ? "tensors" : "layers", why);
+  return Status::ok();
+}
+
+Status check_split_rows(const std::vector<std::string>& specs, const engine::EngineRanks* ranks) {
+  AblationRow probe;
+  for (const auto& s : specs) {
+    SUSTAIN_TRY(apply_switch(s, probe));
+    SUSTAIN_TRY(place_row(probe, s, ranks));
+  }
+  return Status::ok();
+}
+
 Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, json& report) {
   json rows = json::array();
   AblationRow row{"baseline", in.base.model_path, in.base};
@@ -217,13 +292,9 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
   bool any_grammar = false, any_split = false;
   for (auto& p : plan) {
     any_grammar |= !p.second.grammar.empty();
-    any_split |= p.second.split_off;
-    if (p.second.split_off) p.second.cfg.ranks = nullptr;
+    any_split |= p.second.split != "on";
+    SUSTAIN_TRY(place_row(p.second, p.first, in.base.ranks));
   }
-  if (any_split && in.base.ranks == nullptr)
-    return error(Code::kInvalidArgument,
-                 "--ablate split=…: the bench runs in one process; start it with mpirun … "
-                 "--split layer|tensor");
   json prev_conc;
   for (size_t i = 0; i < plan.size(); ++i) {
     const AblationRow& r = plan[i].second;
@@ -347,7 +418,9 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
     }
   }
   for (size_t i = 0; i < rows.size(); ++i) rows[i]["quality"] = row_quality[i];
+  const json verdict = any_split ? split_verdict(rows) : json();
   report["ablation"] = {
+      {"split_verdict", verdict},
       {"rows", rows},
       {"method",
        "each row applies its switch on top of the row above; delta_pct = change of "

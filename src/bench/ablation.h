@@ -29,8 +29,9 @@ struct AblationRow {
   // Constrained decoding: "" none, "json" any JSON object, else a JSON
   // schema file; every generated token of the row is constrained.
   std::string grammar;
-  // Over ranks: run this row on rank 0 alone (--ablate split=off).
-  bool split_off = false;
+  // Over ranks (mpirun … bench --split): "on" the job's split, "off" rank 0
+  // alone, "layer" / "tensor" the same ranks cut that way.
+  std::string split = "on";
 };
 
 // A constraint for a row's engine, and the per-token mask times (µs) it
@@ -46,13 +47,22 @@ using MakeConstraint =
 // Applies `spec` ("kv=q8_0", "batch=256,threads=4": keys ctk, ctv, kv,
 // layout, prefix, batch, ubatch, threads, spec (off, ngram, draft), draft
 // (--draft-max), draft_model, model, grammar (off, json, FILE), split (on,
-// off: the row over the job's ranks or on rank 0 alone)) to `row`;
+// off, layer, tensor: the row over the job's split, on rank 0 alone, or over
+// the same ranks cut that way)) to `row`;
 // errors name the spec (as --ablate) and what is wrong with it.
 Status apply_switch(const std::string& spec, AblationRow& row);
 
 // Applies every spec to a scratch row: checked before anything runs, as a
 // typo must not cost a whole bench.
 Status check_ablation(const std::vector<std::string>& specs);
+
+// A row's engine over the ranks its split switch asks for: the job's
+// layout, none (rank 0 alone) or the other cut of `ranks` (null: the bench
+// runs in one process, where any split switch is refused). Errors name
+// `spec` and why the layout cannot run.
+Status place_row(AblationRow& row, const std::string& spec, const engine::EngineRanks* ranks);
+// Every row's split switch checked against the job before anything runs.
+Status check_split_rows(const std::vector<std::string>& specs, const engine::EngineRanks* ranks);
 
 struct AblationInput {
   std::vector<std::string> specs;  // the rows after row 0, checked

@@ -442,6 +442,33 @@ void add_ablation(const json& r, std::vector<Table>& out) {
   out.push_back(std::move(t));
 }
 
+// Over ranks (--ablate split=…): which layout wins a read-heavy and a
+// write-heavy workload, with every layout's figure.
+void add_split_verdict(const json& r, std::vector<Table>& out) {
+  if (!r.contains("ablation") || !r["ablation"].is_object()) return;
+  const json& a = r["ablation"];
+  if (!a.contains("split_verdict") || !a["split_verdict"].is_object()) return;
+  Table t{"Split verdict",
+          "the layout of the same ranks that wins each kind of work: read-heavy (long "
+          "generation) by decode speed, write-heavy (long prompts, compaction) by prefill speed, "
+          "at the deepest context every row measured; one run each, on loopback (not a network)",
+          {"workload", "winner", "measured by", "every row"},
+          {}};
+  for (const auto& [key, label] : {std::pair{"read_heavy", "read-heavy (generation)"},
+                                   std::pair{"write_heavy", "write-heavy (prompts)"}}) {
+    if (!a["split_verdict"].contains(key)) continue;
+    const json& v = a["split_verdict"][key];
+    std::string all;
+    for (const auto& c : v["rows"])
+      all += (all.empty() ? "" : "; ") +
+             fmt::format("{} ({}) {}", str(c, "row"), str(c, "layout"), f1(num(c, "value")));
+    t.rows.push_back({label,
+                      fmt::format("{} ({})", str(v["winner"], "layout"), str(v["winner"], "row")),
+                      str(v, "by"), all});
+  }
+  if (!t.rows.empty()) out.push_back(std::move(t));
+}
+
 // The soak's verdict, its figures and every sample (bench/soak_verdict.h).
 void add_soak(const json& r, std::vector<Table>& out) {
   if (!r.contains("soak") || !r["soak"].is_object()) return;
@@ -514,6 +541,7 @@ std::vector<Table> report_tables(const json& r) {
   add_vision(r, out);
   add_concurrency(r, out);
   add_ablation(r, out);
+  add_split_verdict(r, out);
   if (r.contains("ablation") && r["ablation"].is_object() && r["ablation"].contains("rows"))
     add_ablation_grammar(r["ablation"], out);
   add_machine(r, out);

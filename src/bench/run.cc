@@ -161,6 +161,7 @@ Status check_config(const BenchConfig& c, const std::vector<int64_t>& ctx, bool 
   for (int64_t v : c.prefill)
     if (v <= 0) return error(Code::kInvalidArgument, "--prefill: {} is not a positive count", v);
   SUSTAIN_TRY(check_ablation(c.ablate));
+  SUSTAIN_TRY(check_split_rows(c.ablate, c.ranks));
   if (quality) {
     SUSTAIN_TRY(check_quality_ctx(quality_ctx, fmt::format("{}", fmt::join(quality_ctx, ","))));
     if (!(c.quality_budget_s >= 0))

@@ -397,8 +397,10 @@ Runner add_bench(CLI::App& app) {
       "1-ALPHA), draft (tokens drafted at most, 1..16), gate (on|off: the speculation gate "
       "chooses each step's draft length, or every step drafts --draft), draft_model (a GGUF "
       "for spec=draft), grammar (off|json|a JSON schema file: every generated token "
-      "constrained; reports the mask time per token, and also runs the concurrency levels) "
-      "(repeatable)");
+      "constrained; reports the mask time per token, and also runs the concurrency levels), "
+      "split (under mpirun … --split: on|off|layer|tensor — the job's split, rank 0 alone, or "
+      "the same ranks cut that way; also runs the concurrency levels, and the report names "
+      "the layout that wins decode and prefill) (repeatable)");
   sub->add_option("--ablate-file", a->ablate_file, "ablation rows, one per line (# comments)");
   sub->add_option("--budget", a->budget,
                   "seconds the context ladder may take; later rungs projected past it are "

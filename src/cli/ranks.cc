@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "gguf/gguf.h"
@@ -68,6 +69,84 @@ std::function<Status(const float*, float*, int64_t)> column_gather(
   };
 }
 
+// One way to cut the model over `n` ranks: a tensor split's shards, or the
+// layer split's block ranges. Errors name the flags.
+struct Cut {
+  bool tensor = false;
+  std::vector<int64_t> bounds;  // rank r computes blocks [bounds[r], bounds[r + 1])
+  std::vector<TensorShard> shards;
+};
+
+Expected<Cut> make_cut(bool tensor, const SplitArgs& a, const ArchConfig& c, const gguf::File& f,
+                       const std::vector<double>& shares, int n) {
+  Cut cut;
+  cut.tensor = tensor;
+  const auto n_layer = static_cast<int64_t>(c.n_main_layer());
+  if (tensor) {
+    SUSTAIN_ASSIGN_OR_RETURN(const ShardGranules g, shard_granules(c, f));
+    auto shards = tensor_shards(c, shares, g, a.output == "split");
+    if (!shards)
+      return shards.status().with_context(
+          a.ratio.empty() ? fmt::format("--split tensor over {} ranks", n)
+                          : fmt::format("--split tensor --ratio '{}'", a.ratio));
+    cut.shards = std::move(*shards);
+    cut.bounds = {0, n_layer};
+    return cut;
+  }
+  if (n > n_layer)
+    return error(Code::kInvalidArgument,
+                 "--split layer: {} ranks for a model of {} blocks; use at most {} ranks", n,
+                 n_layer, n_layer);
+  cut.bounds = split_bounds(n_layer, shares);
+  for (int k = 0; k < n; ++k)
+    if (cut.bounds[k + 1] <= cut.bounds[k]) {
+      std::string per;
+      for (int j = 0; j < n; ++j)
+        per += fmt::format("{}{}", j ? ", " : "", cut.bounds[j + 1] - cut.bounds[j]);
+      return error(Code::kInvalidArgument,
+                   "--ratio '{}' leaves rank {} without a block of the model's {} (blocks per "
+                   "rank: {}); give it a larger share",
+                   a.ratio, k, n_layer, per);
+    }
+  return cut;
+}
+
+// This rank's stage of a cut: its blocks, and its hand-offs (layer) or
+// collectives (tensor) wired to `comm`.
+void wire_stage(PipelineStage& st, bool tensor, const std::vector<int64_t>& bounds,
+                const std::vector<TensorShard>& shards, dist::Comm* comm, const SplitArgs& a,
+                const ArchConfig& c) {
+  const int me = comm->rank(), n = comm->size();
+  if (tensor) {
+    st.layer_begin = 0;
+    st.layer_end = static_cast<int>(bounds.back());
+    const bool split_output = a.output == "split";
+    st.head = split_output || me == 0;
+    st.all_reduce = [comm](float* x, int64_t k) {
+      return comm->all_reduce_sum(x, static_cast<size_t>(k));
+    };
+    std::vector<int64_t> heads, vocab;  // columns per row, per rank
+    for (const TensorShard& sh : shards) {
+      heads.push_back(int64_t{sh.n_heads()} * c.head_dim_v);
+      vocab.push_back(sh.n_vocab());
+    }
+    st.gather_heads = column_gather(comm, heads);
+    if (split_output) st.gather_vocab = column_gather(comm, vocab);
+    return;
+  }
+  st.layer_begin = static_cast<int>(bounds[me]);
+  st.layer_end = static_cast<int>(bounds[me + 1]);
+  st.micro_batches = n == 1 ? 1 : a.micro_batches > 0 ? a.micro_batches : 2 * n;
+  if (me > 0)
+    st.recv = [comm, me](float* x, int64_t k) {
+      return comm->recv(me - 1, x, static_cast<size_t>(k) * sizeof(float));
+    };
+  if (me + 1 < n)
+    st.send = [comm, me](const float* x, int64_t k) {
+      return comm->send(me + 1, x, static_cast<size_t>(k) * sizeof(float));
+    };
+}
+
 }  // namespace
 
 int fail_launch(const Status& st) {
@@ -118,32 +197,21 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   SUSTAIN_ASSIGN_OR_RETURN(ArchConfig c, arch_config_from_gguf(f));
   // The main blocks: an MTP block (qwen35) is not part of the forward.
   const auto n_layer = static_cast<int64_t>(c.n_main_layer());
-  if (*kind == plan::Split::kTensor) {
-    r->tensor = true;
-    SUSTAIN_ASSIGN_OR_RETURN(const ShardGranules g, shard_granules(c, f));
-    auto shards = tensor_shards(c, shares, g, a.output == "split");
-    if (!shards)
-      return shards.status().with_context(
-          a.ratio.empty() ? fmt::format("--split tensor over {} ranks", launch.size)
-                          : fmt::format("--split tensor --ratio '{}'", a.ratio));
-    r->shards = std::move(*shards);
-    r->bounds = {0, n_layer};
+  SUSTAIN_ASSIGN_OR_RETURN(Cut cut,
+                           make_cut(*kind == plan::Split::kTensor, a, c, f, shares, launch.size));
+  r->tensor = cut.tensor;
+  r->bounds = std::move(cut.bounds);
+  r->shards = std::move(cut.shards);
+  // The other split of the same ranks, for bench --ablate split=layer|tensor.
+  Expected<Cut> alt = make_cut(!r->tensor, a, c, f, shares, launch.size);
+  if (alt) {
+    r->alt.emplace();
+    r->alt->tensor = alt->tensor;
+    r->alt->bounds = std::move(alt->bounds);
+    r->alt->shards = std::move(alt->shards);
+  } else {
+    r->alt_error = alt.status().message();
   }
-  if (!r->tensor && launch.size > n_layer)
-    return error(Code::kInvalidArgument,
-                 "--split layer: {} ranks for a model of {} blocks; use at most {} ranks",
-                 launch.size, n_layer, n_layer);
-  if (!r->tensor) r->bounds = split_bounds(n_layer, shares);
-  for (int k = 0; !r->tensor && k < launch.size; ++k)
-    if (r->bounds[k + 1] <= r->bounds[k]) {
-      std::string per;
-      for (int j = 0; j < launch.size; ++j)
-        per += fmt::format("{}{}", j ? ", " : "", r->bounds[j + 1] - r->bounds[j]);
-      return error(Code::kInvalidArgument,
-                   "--ratio '{}' leaves rank {} without a block of the model's {} (blocks per "
-                   "rank: {}); give it a larger share",
-                   a.ratio, k, n_layer, per);
-    }
 
   if (launch.size > 1) {
     SUSTAIN_ASSIGN_OR_RETURN(r->comm, dist::mpi_comm());
@@ -153,36 +221,9 @@ Expected<std::unique_ptr<Ranks>> open_ranks(const SplitArgs& a, const std::strin
   } else {
     r->comm = dist::local_comm();
   }
-  const int me = r->comm->rank(), n = r->comm->size();
-  dist::Comm* comm = r->comm.get();
-  if (r->tensor) {
-    r->stage.layer_begin = 0;
-    r->stage.layer_end = static_cast<int>(n_layer);
-    const bool split_output = a.output == "split";
-    r->stage.head = split_output || me == 0;
-    r->stage.all_reduce = [comm](float* x, int64_t k) {
-      return comm->all_reduce_sum(x, static_cast<size_t>(k));
-    };
-    std::vector<int64_t> heads, vocab;  // columns per row, per rank
-    for (const TensorShard& sh : r->shards) {
-      heads.push_back(int64_t{sh.n_heads()} * c.head_dim_v);
-      vocab.push_back(sh.n_vocab());
-    }
-    r->stage.gather_heads = column_gather(comm, heads);
-    if (split_output) r->stage.gather_vocab = column_gather(comm, vocab);
-    return r;
-  }
-  r->stage.layer_begin = static_cast<int>(r->bounds[me]);
-  r->stage.layer_end = static_cast<int>(r->bounds[me + 1]);
-  r->stage.micro_batches = n == 1 ? 1 : a.micro_batches > 0 ? a.micro_batches : 2 * n;
-  if (me > 0)
-    r->stage.recv = [comm, me](float* x, int64_t k) {
-      return comm->recv(me - 1, x, static_cast<size_t>(k) * sizeof(float));
-    };
-  if (me + 1 < n)
-    r->stage.send = [comm, me](const float* x, int64_t k) {
-      return comm->send(me + 1, x, static_cast<size_t>(k) * sizeof(float));
-    };
+  wire_stage(r->stage, r->tensor, r->bounds, r->shards, r->comm.get(), a, c);
+  if (r->alt)
+    wire_stage(r->alt->stage, r->alt->tensor, r->alt->bounds, r->alt->shards, r->comm.get(), a, c);
   return r;
 }
 
@@ -202,6 +243,15 @@ engine::EngineRanks engine_ranks(Ranks& r) {
   e.comm = r.comm.get();
   e.stage = &r.stage;
   e.shard = r.shard();
+  if (r.alt) {
+    r.alt_engine = {};
+    r.alt_engine.comm = r.comm.get();
+    r.alt_engine.stage = &r.alt->stage;
+    r.alt_engine.shard =
+        r.alt->tensor ? &r.alt->shards[static_cast<size_t>(r.comm->rank())] : nullptr;
+    e.other = &r.alt_engine;
+  }
+  e.other_error = r.alt_error;
   return e;
 }
 

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,17 @@ struct Ranks {
   // --split tensor: every rank's share; the model is loaded with shards[rank].
   std::vector<TensorShard> shards;
   PipelineStage stage;          // this rank's (hand-off / collectives wired to comm)
+  // The model cut the other way over the same ranks (bench --ablate
+  // split=layer|tensor); empty where it cannot be, alt_error saying why.
+  struct Alt {
+    bool tensor = false;
+    std::vector<int64_t> bounds;
+    std::vector<TensorShard> shards;
+    PipelineStage stage;
+  };
+  std::optional<Alt> alt;
+  std::string alt_error;
+  engine::EngineRanks alt_engine;  // engine_ranks()' `other`, over alt
   bool stopped = false;         // rank 0 has told the others to stop
   bool in_step = false;         // a step was broadcast and has not finished here
   int rank() const { return comm->rank(); }

@@ -8,6 +8,8 @@
 // nothing on their own, so their pools cannot drift from rank 0's.
 #pragma once
 
+#include <string>
+
 #include "base/status.h"
 #include "model/shard.h"
 #include "model/stage.h"
@@ -22,7 +24,17 @@ struct EngineRanks {
   dist::Comm* comm = nullptr;          // the job (more than one rank)
   PipelineStage* stage = nullptr;      // this rank's blocks and its hand-offs / collectives
   const TensorShard* shard = nullptr;  // --split tensor: this rank's share; null: layer split
+  // The same ranks cut the other way (bench --ablate split=layer|tensor),
+  // where the model can be: an engine made with EngineConfig::ranks = other
+  // runs over it, and the followers build theirs the same way (the open
+  // message says which). Null where it cannot be cut so; other_error says
+  // why. The other's own `other` is null.
+  const EngineRanks* other = nullptr;
+  std::string other_error;
   bool tensor() const { return shard != nullptr; }
+  // This layout or the other, by split kind; null with `why` set where the
+  // job cannot run it.
+  const EngineRanks* layout(bool tensor_split, std::string* why) const;
 };
 
 // A rank other than 0: serves every engine rank 0 creates, one after

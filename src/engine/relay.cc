@@ -1,7 +1,7 @@
 // The engine over ranks (ranks.h): what rank 0 sends, and the followers'
 // loop. Messages are int64 words broadcast from rank 0 (dist::broadcast_vector):
 //
-//   open   [1, config..., path length, path bytes...]
+//   open   [1, config..., tensor split?, path length, path bytes...]
 //   step   [2, n_tokens, n_seqs, n_copies, n_embd_rows, n_state_ops,
 //           per token: id, seq, pos, logits, n_visible, has_embd,
 //           per sequence: n_tokens, state, window_from, n_pages, pages...,
@@ -83,16 +83,18 @@ std::vector<int64_t> encode_config(const EngineConfig& c) {
                             c.swa_full,
                             c.state_snapshots,
                             c.spec.draft_max,
+                            c.ranks != nullptr && c.ranks->tensor(),
                             static_cast<int64_t>(c.model_path.size())};
   for (char ch : c.model_path) m.push_back(static_cast<unsigned char>(ch));
   return m;
 }
 
-constexpr size_t kConfigWords = 17;
+constexpr size_t kConfigWords = 18;
 
-Expected<EngineConfig> decode_config(const std::vector<int64_t>& m) {
+// The config rank 0 sent, and whether its engine runs over the tensor split.
+Expected<EngineConfig> decode_config(const std::vector<int64_t>& m, bool* tensor) {
   if (m.size() < kConfigWords || m[0] != kOpen ||
-      m.size() != kConfigWords + static_cast<size_t>(std::max<int64_t>(m[16], 0)))
+      m.size() != kConfigWords + static_cast<size_t>(std::max<int64_t>(m[17], 0)))
     return error(Code::kInternal, "engine over ranks: an open message of {} words", m.size());
   EngineConfig c;
   c.n_threads = static_cast<int>(m[1]);
@@ -110,6 +112,7 @@ Expected<EngineConfig> decode_config(const std::vector<int64_t>& m) {
   c.swa_full = m[13] != 0;
   c.state_snapshots = static_cast<int32_t>(m[14]);
   c.spec.draft_max = static_cast<int>(m[15]);
+  *tensor = m[16] != 0;
   for (size_t i = kConfigWords; i < m.size(); ++i) c.model_path.push_back(static_cast<char>(m[i]));
   return c;
 }
@@ -117,6 +120,7 @@ Expected<EngineConfig> decode_config(const std::vector<int64_t>& m) {
 // A follower's engine: the model's part on this rank and a cache with rank
 // 0's page ids.
 struct Follower {
+  const EngineRanks* ranks = nullptr;  // the layout rank 0 chose for this engine
   std::unique_ptr<Model> model;
   std::optional<kv::KvCache> cache;
   std::unique_ptr<ThreadPool> pool;
@@ -237,21 +241,26 @@ Status run_step(const EngineRanks& r, Follower& f, const std::vector<int64_t>& m
 
 // Builds a follower's engine for rank 0's config, in step with
 // open_followers / confirm_followers on rank 0.
-Status open_follower(const EngineRanks& r, const std::vector<int64_t>& m,
+Status open_follower(const EngineRanks& job, const std::vector<int64_t>& m,
                      std::optional<Follower>& out) {
   out.reset();
   auto f = std::make_optional<Follower>();
-  Expected<EngineConfig> c = decode_config(m);
+  bool tensor = false;
+  Expected<EngineConfig> c = decode_config(m, &tensor);
   Expected<KvSetup> setup = c.status();
-  if (c) {
-    auto model = Model::load(c->model_path, r.shard);
+  std::string why;
+  f->ranks = job.layout(tensor, &why);
+  if (c && f->ranks == nullptr) setup = error(Code::kInvalidArgument, "{}", why);
+  if (c && f->ranks != nullptr) {
+    auto model = Model::load(c->model_path, f->ranks->shard);
     if (model) {
       f->model = std::move(*model);
-      setup = kv_setup(*f->model, *c, &r);
+      setup = kv_setup(*f->model, *c, f->ranks);
     } else {
       setup = model.status();
     }
   }
+  const EngineRanks& r = job;
   auto pools = agree(*r.comm, setup.status(), setup ? setup->pool_tokens : 0);
   if (!pools) return Status::ok();  // rank 0 reports it; wait for the next engine
   const int64_t pool_tokens = *std::min_element(pools->begin(), pools->end());
@@ -409,7 +418,7 @@ Status follow_engines(const EngineRanks& r) {
         break;
       case relay::kStep:
         if (!f) return error(Code::kInternal, "engine over ranks: a step without an engine");
-        SUSTAIN_TRY(relay::run_step(r, *f, m));
+        SUSTAIN_TRY(relay::run_step(*f->ranks, *f, m));
         break;
       case relay::kClose:
         f.reset();
@@ -420,6 +429,16 @@ Status follow_engines(const EngineRanks& r) {
         return error(Code::kInternal, "engine over ranks: a message of kind {}", m[0]);
     }
   }
+}
+
+const EngineRanks* EngineRanks::layout(bool tensor_split, std::string* why) const {
+  if (tensor_split == tensor()) return this;
+  if (other != nullptr && other->tensor() == tensor_split) return other;
+  if (why != nullptr)
+    *why = other_error.empty() ? fmt::format("the job's ranks are not cut for the {} split",
+                                             tensor_split ? "tensor" : "layer")
+                               : other_error;
+  return nullptr;
 }
 
 Status end_followers(const EngineRanks& r) {

@@ -315,6 +315,23 @@ TEST(TensorSplitRun, GreedyTextIsIdentical) {
   EXPECT_EQ(run_text(h, 2, "--temp 0.9 -s 7 --split tensor"), run_text(h, 0, "--temp 0.9 -s 7"));
 }
 
+// bench --ablate split=tensor over ranks the model cannot be cut by tensors
+// (3 ranks, tiny-qwen35's 2 DeltaNet key heads) is refused before anything
+// is measured, saying why.
+TEST(SplitBench, AnAblationLayoutThatCannotBeCutIsRefused) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  const CliResult r =
+      run_cli("bench -m " + model("tiny-qwen35-f32") +
+                  " --ctx 64 -n 4 -r 1 -t 1 --no-concurrency --quality off --split layer "
+                  "--ablate split=tensor -o " +
+                  tmp_path("never_written"),
+              mpirun(3));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot be split by tensors"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("DeltaNet key head"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("ablation row"), std::string::npos) << "refused after measuring";
+}
+
 // A hybrid's DeltaNet blocks are cut by key heads: tiny-qwen35 has 2, so a
 // third rank is refused before loading, naming the block and the count.
 TEST(TensorSplitRun, TooFewDeltaNetKeyHeadsAreRefused) {
@@ -350,6 +367,9 @@ TEST(SplitRun, BadSplitsAreRefusedNamingTheFlag) {
       {2, "--split diagonal", "--split 'diagonal'"},
       {2, "--split layer --split-output rank0", "applies to --split tensor only"},
       {2, "--split tensor --split-output rank7", "--split-output 'rank7'"},
+      {2, "--split tensor --micro-batches 4", "--micro-batches applies to --split layer only"},
+      {1, "--micro-batches 4", "--micro-batches applies to --split layer only"},
+      {2, "--split layer --micro-batches 300", "--micro-batches"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.flags);

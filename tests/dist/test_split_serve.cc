@@ -319,18 +319,24 @@ INSTANTIATE_TEST_SUITE_P(Splits, SplitServeArchitectures, ::testing::Values("lay
 
 // `sustain bench --split` under mpirun: the ladder, a prefill point and the
 // concurrency ladder run over the ranks, and the report says what rank 0's
-// transport carried.
+// transport carried; ablation rows run the same bench on rank 0 alone and
+// over the same ranks cut the other way, and the report names the layout
+// that wins each kind of work.
 TEST(SplitBench, ReportsWhatTheRanksExchanged) {
   SUSTAIN_REQUIRE_MPIRUN_ONLY();
   ASSERT_NE(server_model(), "") << "sustain synth failed";
   for (const std::string split : {"layer", "tensor"}) {
+    const std::string other = split == "layer" ? "tensor" : "layer";
     const std::string dir = tmp_path("split_bench_" + split + "_" + std::to_string(getpid()));
-    // With a row on rank 0 alone (two threads), the same run on one rank.
-    const CliResult r = run_cli("bench -m " + server_model() +
-                                    " --ctx 128,512 -n 8 -r 1 -t 1 --prefill 64 --concurrency 1,2 "
-                                    "--conc-prompt 16 --bw-mib 64 --bw-reps 1 --quality off -o " +
-                                    dir + " --split " + split + " --ablate split=off,threads=2",
-                                mpirun(2));
+    // With a row on rank 0 alone (two threads), the same run on one rank,
+    // and a row over the other split.
+    const CliResult r =
+        run_cli("bench -m " + server_model() +
+                    " --ctx 128,512 -n 8 -r 1 -t 1 --prefill 64 --concurrency 1,2 "
+                    "--conc-prompt 16 --bw-mib 64 --bw-reps 1 --quality off -o " +
+                    dir + " --split " + split +
+                    " --ablate split=off,threads=2 --ablate split=" + other + ",threads=1",
+                mpirun(2));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::ifstream f(dir + "/report.json");
     const json rep = json::parse(f, nullptr, false);
@@ -343,11 +349,25 @@ TEST(SplitBench, ReportsWhatTheRanksExchanged) {
     EXPECT_EQ(rep["ladder"].size(), 2u);
     EXPECT_TRUE(rep.contains("concurrency")) << split;
     const json& rows = rep["ablation"]["rows"];
-    ASSERT_EQ(rows.size(), 2u) << rep["ablation"].dump();
+    ASSERT_EQ(rows.size(), 3u) << rep["ablation"].dump();
     EXPECT_EQ(rows[0]["split"]["mode"], split);
     EXPECT_GT(rows[0]["split"]["comm_bytes_per_step"].get<double>(), 0);
     EXPECT_TRUE(rows[1]["split"].is_null()) << rows[1].dump();
     EXPECT_EQ(rows[1]["engine"]["threads"], 2);
+    EXPECT_EQ(rows[2]["split"]["mode"], other) << rows[2].dump();
+    EXPECT_GT(rows[2]["split"]["comm_bytes_per_step"].get<double>(), 0);
+    // The verdict: per workload, the row with the highest figure.
+    const json& v = rep["ablation"]["split_verdict"];
+    for (const char* w : {"read_heavy", "write_heavy"}) {
+      ASSERT_TRUE(v.contains(w)) << v.dump();
+      ASSERT_EQ(v[w]["rows"].size(), 3u);
+      double best = 0;
+      for (const auto& c : v[w]["rows"]) best = std::max(best, c["value"].get<double>());
+      EXPECT_EQ(v[w]["winner"]["value"].get<double>(), best);
+    }
+    std::ifstream md(dir + "/report.md");
+    const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("Split verdict"), std::string::npos);
     for (const auto& row : rows) {
       EXPECT_EQ(row["ladder"].size(), 2u);
       ASSERT_TRUE(row["concurrency"].is_array()) << row.dump();
@@ -379,6 +399,12 @@ TEST(SplitServe, RefusesWhatIsNotBuiltOverRanks) {
               " --ctx 128 -n 4 -r 1 -t 1 --concurrency 1 --quality off --ablate split=off");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("mpirun"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");  // refused before any measurement
+  r = run_cli("bench -m " + server_model() +
+                  " --ctx 128 -n 4 -r 1 -t 1 --quality off --split layer --ablate split=sideways",
+              mpirun(2));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("split must be on"), std::string::npos) << r.err;
 }
 
 }  // namespace
