@@ -126,9 +126,25 @@ json split_verdict(const json& rows) {
       }
     }
     if (best < 0) continue;
-    out[key] = {{"winner", cand[static_cast<size_t>(best)]},
+    // The margin over the best row of another layout: rows run one after
+    // another, and these machines drift by tens of percent within an hour,
+    // so a margin under 5 % is called close rather than a win.
+    const json& w = cand[static_cast<size_t>(best)];
+    double runner = -1.0;
+    std::string runner_layout;
+    for (const auto& c : cand)
+      if (c["layout"] != w["layout"] && c["value"].get<double>() > runner) {
+        runner = c["value"].get<double>();
+        runner_layout = c["layout"].get<std::string>();
+      }
+    json margin = nullptr;
+    if (runner > 0) margin = 100.0 * (best_v / runner - 1.0);
+    out[key] = {{"winner", w},
                 {"by", fmt::format("{} at context {}", what,
                                    rows[0]["ladder"][depth - 1]["ctx"].get<int64_t>())},
+                {"runner_up", runner_layout},
+                {"margin_pct", margin},
+                {"close", margin.is_number() && margin.get<double>() < 5.0},
                 {"rows", cand}};
   }
   return out;

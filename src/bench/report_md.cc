@@ -462,9 +462,12 @@ void add_split_verdict(const json& r, std::vector<Table>& out) {
     for (const auto& c : v["rows"])
       all += (all.empty() ? "" : "; ") +
              fmt::format("{} ({}) {}", str(c, "row"), str(c, "layout"), f1(num(c, "value")));
-    t.rows.push_back({label,
-                      fmt::format("{} ({})", str(v["winner"], "layout"), str(v["winner"], "row")),
-                      str(v, "by"), all});
+    std::string win = fmt::format("{} ({})", str(v["winner"], "layout"), str(v["winner"], "row"));
+    if (v.contains("margin_pct") && v["margin_pct"].is_number())
+      win +=
+          fmt::format(", {:+.1f} % over {}{}", v["margin_pct"].get<double>(), str(v, "runner_up"),
+                      v.value("close", false) ? " — close: within 5 %, run again" : "");
+    t.rows.push_back({label, win, str(v, "by"), all});
   }
   if (!t.rows.empty()) out.push_back(std::move(t));
 }

@@ -43,9 +43,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   if (c.page_tokens < 1 || c.page_tokens > 4096)
     return error(Code::kInvalidArgument, "engine: page size must be in [1, 4096] tokens, got {}", c.page_tokens);
 
-  if (c.ranks != nullptr && (c.spec.enabled() || c.extra_proposer))
+  // Proposers run on rank 0 (ngram, a draft model, the bench's oracle);
+  // verify steps, rollback and a hybrid's state backups go to every rank as
+  // any step does. The MTP block reads the target's final hidden state,
+  // which no rank 0 of a split holds whole.
+  if (c.ranks != nullptr && c.spec.uses("mtp"))
     return error(Code::kUnsupported,
-                 "engine: speculative decoding (--spec) over ranks (--split) is not built yet");
+                 "engine: --spec mtp over ranks (--split) is not built yet (the MTP block needs "
+                 "the whole model's final hidden state on rank 0); ngram and draft run over ranks");
 
   std::unique_ptr<Engine> e(new Engine(c));
   SUSTAIN_TRY(spec::validate(c.spec));

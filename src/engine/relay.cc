@@ -1,7 +1,7 @@
 // The engine over ranks (ranks.h): what rank 0 sends, and the followers'
 // loop. Messages are int64 words broadcast from rank 0 (dist::broadcast_vector):
 //
-//   open   [1, config..., tensor split?, path length, path bytes...]
+//   open   [1, config..., speculation?, tensor split?, path length, path bytes...]
 //   step   [2, n_tokens, n_seqs, n_copies, n_embd_rows, n_state_ops,
 //           per token: id, seq, pos, logits, n_visible, has_embd,
 //           per sequence: n_tokens, state, window_from, n_pages, pages...,
@@ -83,18 +83,19 @@ std::vector<int64_t> encode_config(const EngineConfig& c) {
                             c.swa_full,
                             c.state_snapshots,
                             c.spec.draft_max,
+                            c.spec.enabled() || c.extra_proposer,
                             c.ranks != nullptr && c.ranks->tensor(),
                             static_cast<int64_t>(c.model_path.size())};
   for (char ch : c.model_path) m.push_back(static_cast<unsigned char>(ch));
   return m;
 }
 
-constexpr size_t kConfigWords = 18;
+constexpr size_t kConfigWords = 19;
 
 // The config rank 0 sent, and whether its engine runs over the tensor split.
 Expected<EngineConfig> decode_config(const std::vector<int64_t>& m, bool* tensor) {
   if (m.size() < kConfigWords || m[0] != kOpen ||
-      m.size() != kConfigWords + static_cast<size_t>(std::max<int64_t>(m[17], 0)))
+      m.size() != kConfigWords + static_cast<size_t>(std::max<int64_t>(m[18], 0)))
     return error(Code::kInternal, "engine over ranks: an open message of {} words", m.size());
   EngineConfig c;
   c.n_threads = static_cast<int>(m[1]);
@@ -112,7 +113,11 @@ Expected<EngineConfig> decode_config(const std::vector<int64_t>& m, bool* tensor
   c.swa_full = m[13] != 0;
   c.state_snapshots = static_cast<int32_t>(m[14]);
   c.spec.draft_max = static_cast<int>(m[15]);
-  *tensor = m[16] != 0;
+  // Rank 0 speculates: the follower's cache needs the same state slots
+  // (one more per sequence) and window room; its proposer runs on rank 0.
+  // (The type only marks speculation on; the follower builds no proposer.)
+  if (m[16] != 0) c.spec.types = {"ngram"};
+  *tensor = m[17] != 0;
   for (size_t i = kConfigWords; i < m.size(); ++i) c.model_path.push_back(static_cast<char>(m[i]));
   return c;
 }

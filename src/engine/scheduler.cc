@@ -547,11 +547,32 @@ void Scheduler::verify(Seq& s, const float* rows, int32_t backup) {
       b.seqs = {&s.table};
       for (int64_t p = base; p < s.n_computed; ++p)
         b.tokens.push_back({s.tokens[static_cast<size_t>(p)], 0, p, false});
-      Status r = engine.model_->forward(b, *cache, ws, *pool, nullptr);
+      // Over ranks the followers re-absorb them too (the state copy above
+      // goes with this step).
+      Status r = forward(b, nullptr, nullptr);
       if (!r.is_ok()) finish(s, Finish::kError, r);
     }
   }
   if (backup >= 0) cache->states().free(backup);
+}
+
+Status Scheduler::forward(Batch& b, float* logits, float* hidden) {
+  const EngineRanks* r = cfg().ranks;
+  if (r == nullptr) return engine.model_->forward(b, *cache, ws, *pool, logits, nullptr, hidden);
+  // Over ranks: every rank runs the step, and a rank 0 that fails inside
+  // it would leave the others waiting for its hand-off or all-reduce, so
+  // any failure ends the job (the server answers nothing more). The hidden
+  // rows are not gathered (no proposer that reads them runs over ranks).
+  Status st = relay::send_step(*r, b, cache->take_copies(), cache->take_state_ops(),
+                               engine.model_->config().n_embd);
+  if (st) st = engine.model_->forward(b, *cache, ws, *pool, logits, nullptr, nullptr, r->stage);
+  if (st && logits != nullptr)
+    st = relay::recv_logits(*r, logits, b.n_logits() * engine.model_->config().n_vocab);
+  if (!st) {
+    std::fprintf(stderr, "sustain: error: engine over ranks: %s\n", st.message().c_str());
+    r->comm->abort(1);
+  }
+  return st;
 }
 
 void Scheduler::preempt(size_t i) {
@@ -832,24 +853,7 @@ bool Scheduler::step() {
                                 si, p, want});
       }
     }
-    const EngineRanks* r = cfg().ranks;
-    if (r == nullptr)
-      return engine.model_->forward(batch, *cache, ws, *pool, logits.data(), nullptr,
-                                    hidden_users.empty() ? nullptr : hidden_rows.data());
-    // Over ranks: every rank runs the step, and a rank 0 that fails inside
-    // it would leave the others waiting for its hand-off or all-reduce, so
-    // any failure ends the job (the server answers nothing more).
-    Status st = relay::send_step(*r, batch, cache->take_copies(), cache->take_state_ops(),
-                                 engine.model_->config().n_embd);
-    if (st)
-      st = engine.model_->forward(batch, *cache, ws, *pool, logits.data(), nullptr, nullptr,
-                                  r->stage);
-    if (st) st = relay::recv_logits(*r, logits.data(), batch.n_logits() * n_vocab);
-    if (!st) {
-      std::fprintf(stderr, "sustain: error: engine over ranks: %s\n", st.message().c_str());
-      r->comm->abort(1);
-    }
-    return st;
+    return forward(batch, logits.data(), hidden_users.empty() ? nullptr : hidden_rows.data());
   };
   // Proposers that draft from the target's hidden states (mtp) see what
   // each sequence still running computed: its verified positions.

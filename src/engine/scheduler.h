@@ -106,6 +106,11 @@ struct Engine::Impl {
             const std::vector<Seq*>& job_seq);
   void forget_drafts(const Seq& s);
   void verify(Seq& s, const float* rows, int32_t backup);
+  // One forward of batch `b` (logits and the target's hidden rows where
+  // not null), on every rank when the engine runs over ranks: the step, the
+  // page copies and state changes since the last one go to the followers
+  // first. A failure over ranks ends the job (a follower would wait).
+  Status forward(Batch& b, float* logits, float* hidden);
   void finish(Seq& s, Finish f, Status err = Status::ok());
   void publish_stats();
   void flush_finished();

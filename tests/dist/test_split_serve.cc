@@ -317,6 +317,52 @@ TEST_P(SplitServeArchitectures, AnswerAsOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Splits, SplitServeArchitectures, ::testing::Values("layer", "tensor"));
 
+// Speculation over ranks: rank 0 drafts (prompt lookup), the verify step,
+// the KV rollback of rejected drafts and a hybrid's recurrent-state backup
+// and re-absorb run on every rank. On random-weight models most drafts are
+// rejected, so the rollback path runs many times; the text must equal one
+// process's without speculation, and drafts must have been counted.
+class SplitServeSpeculation : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SplitServeSpeculation, KeepsTheText) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  for (const std::string name : {"tiny-qwen35-f32", "tiny-llama-Q4_K_M"}) {
+    SCOPED_TRACE(name);
+    const std::string m = ref_path("models/" + name + ".gguf");
+    std::string why;
+    auto one = ServeProcess::start(kArgs, &why, m);
+    ASSERT_TRUE(one != nullptr) << why;
+    auto split = ServeProcess::start(
+        std::string(kArgs) + " --spec ngram --draft-max 6 --split " + GetParam(), &why, m,
+        mpirun(2));
+    ASSERT_TRUE(split != nullptr) << why;
+    std::string prompt;
+    for (int i = 0; i < 6; ++i) prompt += "the cat sat on the mat and ";
+    std::vector<std::string> prompts = {prompt, prompt + "then", kPrompts[0], kPrompts[1]};
+    std::vector<std::string> want, got(prompts.size());
+    std::vector<json> whole(prompts.size());
+    for (const auto& p : prompts) want.push_back(complete(*one, body(p, 24)));
+    std::vector<std::thread> th;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      th.emplace_back(
+          [&, i] { got[i] = complete(*split, body(prompts[i], 24), nullptr, &whole[i]); });
+    for (auto& t : th) t.join();
+    int64_t drafted = 0, accepted = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_FALSE(want[i].empty()) << one->stderr_text();
+      EXPECT_EQ(got[i], want[i]) << prompts[i] << "\n" << split->stderr_text();
+      if (whole[i]["usage"].contains("speculative")) {
+        drafted += whole[i]["usage"]["speculative"]["drafted"].get<int64_t>();
+        accepted += whole[i]["usage"]["speculative"]["accepted"].get<int64_t>();
+      }
+    }
+    EXPECT_GT(drafted, 0);
+    EXPECT_LT(accepted, drafted) << "no draft was rejected: the rollback did not run";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Splits, SplitServeSpeculation, ::testing::Values("layer", "tensor"));
+
 // `sustain bench --split` under mpirun: the ladder, a prefill point and the
 // concurrency ladder run over the ranks, and the report says what rank 0's
 // transport carried; ablation rows run the same bench on rank 0 alone and
@@ -364,6 +410,9 @@ TEST(SplitBench, ReportsWhatTheRanksExchanged) {
       double best = 0;
       for (const auto& c : v[w]["rows"]) best = std::max(best, c["value"].get<double>());
       EXPECT_EQ(v[w]["winner"]["value"].get<double>(), best);
+      EXPECT_NE(v[w]["runner_up"], v[w]["winner"]["layout"]);
+      EXPECT_GE(v[w]["margin_pct"].get<double>(), 0.0);
+      EXPECT_EQ(v[w]["close"].get<bool>(), v[w]["margin_pct"].get<double>() < 5.0);
     }
     std::ifstream md(dir + "/report.md");
     const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
@@ -383,9 +432,9 @@ TEST(SplitServe, RefusesWhatIsNotBuiltOverRanks) {
   SUSTAIN_REQUIRE_MPIRUN_ONLY();
   ASSERT_NE(server_model(), "") << "sustain synth failed";
   CliResult r = run_cli(
-      "serve -m " + server_model() + " --port 0 -t 1 -c 256 --spec ngram --split layer", mpirun(2));
+      "serve -m " + server_model() + " --port 0 -t 1 -c 256 --spec mtp --split layer", mpirun(2));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("speculative decoding"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--spec mtp over ranks"), std::string::npos) << r.err;
   r = run_cli("bench --preset tiny-llama --split layer --quality off");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("-m"), std::string::npos) << r.err;
