@@ -26,22 +26,23 @@ namespace {
 json spec_json(const engine::Engine& e, const engine::EngineConfig& c) {
   if (!c.spec.enabled()) return nullptr;
   const engine::EngineStats st = e.stats();
-  return {{"type", c.spec.describe()},
-          // An oracle knows the answer: its rows measure what a proposer of
-          // that acceptance would gain, not what any real proposer does.
-          {"oracle", c.spec.uses("oracle")},
-          {"gate", c.spec.gate},
-          {"gate_skipped", st.spec_gate_skipped},
-          {"gate_probes", st.spec_gate_probes},
-          {"draft_max", c.spec.draft_max},
-          {"drafted", st.spec_draft_tokens},
-          {"accepted", st.spec_accepted_tokens},
-          {"steps", st.spec_steps},
-          {"acceptance", st.spec_draft_tokens
-                             ? static_cast<double>(st.spec_accepted_tokens) / st.spec_draft_tokens
-                             : 0.0},
-          {"k_mean", st.spec_steps ? static_cast<double>(st.spec_draft_tokens) / st.spec_steps
-                                   : 0.0}};
+  return {
+      {"type", c.spec.describe()},
+      // An oracle knows the answer: its rows measure what a proposer of
+      // that acceptance would gain, not what any real proposer does.
+      {"oracle", c.spec.uses("oracle")},
+      {"gate", c.spec.gate},
+      {"gate_skipped", st.spec_gate_skipped},
+      {"gate_probes", st.spec_gate_probes},
+      {"draft_max", c.spec.draft_max},
+      {"mtp_depth", c.spec.uses("mtp") ? json(c.spec.mtp_depth) : json()},
+      {"drafted", st.spec_draft_tokens},
+      {"accepted", st.spec_accepted_tokens},
+      {"steps", st.spec_steps},
+      {"acceptance", st.spec_draft_tokens
+                         ? static_cast<double>(st.spec_accepted_tokens) / st.spec_draft_tokens
+                         : 0.0},
+      {"k_mean", st.spec_steps ? static_cast<double>(st.spec_draft_tokens) / st.spec_steps : 0.0}};
 }
 
 // The P50 / P99 of mask times and how many there were: null when none.
@@ -205,6 +206,13 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
         return error(Code::kInvalidArgument, "--ablate '{}': draft={} is not in 1..16", spec, v);
       row.cfg.spec.draft_max = static_cast<int>(n);
       row.cfg.spec.draft_min = std::min(row.cfg.spec.draft_min, row.cfg.spec.draft_max);
+    } else if (k == "mtp_depth") {
+      char* end = nullptr;
+      const long long n = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end || n < 1 || n > 16)
+        return error(Code::kInvalidArgument, "--ablate '{}': mtp_depth={} is not in 1..16", spec,
+                     v);
+      row.cfg.spec.mtp_depth = static_cast<int>(n);
     } else if (k == "gate") {
       if (v != "on" && v != "off")
         return error(Code::kInvalidArgument,
@@ -245,10 +253,11 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
       row.model = v;
       row.cfg.model_path = v;
     } else {
-      return error(Code::kInvalidArgument,
-                   "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
-                   "ubatch, threads, spec, draft, gate, draft_model, model, grammar, split)",
-                   spec, k);
+      return error(
+          Code::kInvalidArgument,
+          "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
+          "ubatch, threads, spec, draft, mtp_depth, gate, draft_model, model, grammar, split)",
+          spec, k);
     }
   }
   if (!any) return error(Code::kInvalidArgument, "--ablate '{}': switches nothing", spec);

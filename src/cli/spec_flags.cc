@@ -5,12 +5,13 @@
 namespace sustain::cli {
 
 void add_spec_flags(CLI::App* sub, SpecArgs& a) {
-  sub->add_option("--spec", a.spec,
-                  "speculative decoding: proposers, comma-separated, the first that drafts wins "
-                  "(ngram: prompt lookup; draft: --draft-model; mtp: the model's own MTP head, one "
-                  "token a step; oracle:ALPHA: for measurement only, the target's own greedy "
-                  "continuation from an earlier pass with each token wrong with probability "
-                  "1-ALPHA); a server request opts out with \"speculative\": false");
+  sub->add_option(
+      "--spec", a.spec,
+      "speculative decoding: proposers, comma-separated, the first that drafts wins "
+      "(ngram: prompt lookup; draft: --draft-model; mtp: the model's own MTP head, "
+      "--spec-mtp-depth tokens a step; oracle:ALPHA: for measurement only, the target's own greedy "
+      "continuation from an earlier pass with each token wrong with probability "
+      "1-ALPHA); a server request opts out with \"speculative\": false");
   sub->add_option("--spec-gate", a.gate,
                   "on: each step drafts only as many tokens per sequence as the measured step "
                   "cost and acceptance say will pay (none at long context or under load when "
@@ -36,6 +37,12 @@ void add_spec_flags(CLI::App* sub, SpecArgs& a) {
                   "is below this (0 = never)")
       ->capture_default_str()
       ->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--spec-mtp-depth", a.mtp_depth,
+                  "mtp: draft up to this many tokens a step by feeding the MTP block's own "
+                  "output back (each one more pass of the block and its LM head; capped by "
+                  "--draft-max)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
   sub->add_option("--spec-ngram-max", a.ngram_max, "ngram: longest suffix looked up")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
@@ -58,6 +65,7 @@ Expected<spec::Config> spec_config(const SpecArgs& a) {
   c.gate = a.gate != "off";
   c.draft_model = a.draft_model;
   c.draft_p_min = a.draft_p_min;
+  c.mtp_depth = a.mtp_depth;
   SUSTAIN_ASSIGN_OR_RETURN(c.draft_k_type, kv_type(a.cache_type_k_draft, "--cache-type-k-draft"));
   SUSTAIN_ASSIGN_OR_RETURN(c.draft_v_type, kv_type(a.cache_type_v_draft, "--cache-type-v-draft"));
   SUSTAIN_TRY(spec::validate(c));

@@ -19,6 +19,7 @@ struct SpecArgs {
   int draft_max = 8, draft_min = 1, ngram_max = 4, ngram_pool_mb = 16;
   std::string gate = "on";
   float draft_p_min = 0.0f;
+  int mtp_depth = 1;
 };
 
 void add_spec_flags(CLI::App* sub, SpecArgs& a);

@@ -115,6 +115,7 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
       o.pool_tokens = pool_tokens + int64_t{c.n_parallel} * g.page_tokens;
       o.ubatch_tokens = std::min(c.batch_tokens, c.ubatch_tokens);
       o.p_min = c.spec.draft_p_min;
+      o.depth = c.spec.mtp_depth;
       SUSTAIN_ASSIGN_OR_RETURN(auto m, spec::MtpProposer::create(*e.model_, o, *s->pool));
       s->mtp = m.get();
       s->proposers.push_back(std::move(m));
@@ -506,7 +507,7 @@ void Scheduler::gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& 
 // first disagreement (or the bonus row k) ends the step. Rejected positions
 // leave the page table; a hybrid's state goes back to before the step and
 // re-absorbs only the accepted tokens.
-void Scheduler::verify(Seq& s, const float* rows, int32_t backup) {
+void Scheduler::verify(Seq& s, const float* rows, int32_t backup, const RecurrentRecord* rec) {
   const int64_t n_vocab = engine.model_->config().n_vocab;
   const int64_t base = s.n_computed, k = static_cast<int64_t>(s.draft.tokens.size());
   s.n_computed = base + 1;  // the last token's K/V is in
@@ -541,7 +542,13 @@ void Scheduler::verify(Seq& s, const float* rows, int32_t backup) {
   s.draft.clear();
   if (!s.done) {
     cache->truncate(s.table, s.n_computed);
-    if (backup >= 0 && accepted < k && s.table.state >= 0) {
+    if (backup >= 0 && accepted < k && s.table.state >= 0 && rec != nullptr) {
+      // The state from before the step, advanced over the accepted
+      // positions from the inputs the verify forward recorded.
+      cache->states().copy(backup, s.table.state);
+      Status r = engine.model_->replay_recurrent(*rec, s.n_computed - base, *cache, ws, *pool);
+      if (!r.is_ok()) finish(s, Finish::kError, r);
+    } else if (backup >= 0 && accepted < k && s.table.state >= 0) {
       cache->states().copy(backup, s.table.state);
       Batch b;
       b.seqs = {&s.table};
@@ -853,7 +860,13 @@ bool Scheduler::step() {
                                 si, p, want});
       }
     }
-    return forward(batch, logits.data(), hidden_users.empty() ? nullptr : hidden_rows.data());
+    // The sequences save_states set records up for.
+    bool any = false;
+    for (int r : record_of) any = any || r >= 0;
+    ws.record = any ? &records : nullptr;
+    Status st = forward(batch, logits.data(), hidden_users.empty() ? nullptr : hidden_rows.data());
+    ws.record = nullptr;
+    return st;
   };
   // Proposers that draft from the target's hidden states (mtp) see what
   // each sequence still running computed: its verified positions.
@@ -885,14 +898,28 @@ bool Scheduler::step() {
   // Hybrid models: the recurrent state before each verify step, restored
   // when a draft is rejected (a state cannot be truncated).
   std::vector<int32_t> backups;
+  // In one process the verify forward also records each drafting
+  // sequence's DeltaNet inputs (over ranks every rank would need its own:
+  // the accepted tokens are run again instead).
+  const bool record = cfg().ranks == nullptr;
   auto save_states = [&](const std::vector<Seq*>& seqs) {
     backups.assign(seqs.size(), -1);
+    record_of.assign(seqs.size(), -1);
     if (!cache->has_state()) return;
+    size_t n_rec = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       if (seqs[i]->draft.tokens.empty() || seqs[i]->table.state < 0) continue;
       backups[i] = cache->states().alloc();
       if (backups[i] >= 0) {
         cache->states().copy(seqs[i]->table.state, backups[i]);
+        if (record) {
+          if (records.size() <= n_rec) records.emplace_back();
+          RecurrentRecord& rec = records[n_rec];
+          rec.slot = seqs[i]->table.state;
+          rec.pos0 = seqs[i]->n_computed;
+          engine.model_->size_record(rec, static_cast<int64_t>(seqs[i]->draft.tokens.size()) + 1);
+          record_of[i] = static_cast<int>(n_rec++);
+        }
       } else {
         // No slot (cannot happen with 2 per sequence): verify no draft.
         seqs[i]->step_tokens = 1;
@@ -900,6 +927,8 @@ bool Scheduler::step() {
         cache->truncate(seqs[i]->table, seqs[i]->n_computed + 1);
       }
     }
+    // Records left from earlier steps record nothing.
+    for (size_t j = n_rec; j < records.size(); ++j) records[j].slot = -1;
   };
   auto after = [&](const std::vector<Seq*>& seqs) {
     size_t row = 0;
@@ -907,7 +936,8 @@ bool Scheduler::step() {
       Seq* s = seqs[i];
       if (!s->draft.tokens.empty()) {
         const size_t k = s->draft.tokens.size();
-        verify(*s, logits.data() + row * static_cast<size_t>(n_vocab), backups[i]);
+        verify(*s, logits.data() + row * static_cast<size_t>(n_vocab), backups[i],
+               record_of[i] >= 0 ? &records[static_cast<size_t>(record_of[i])] : nullptr);
         row += k + 1;
         s->step_tokens = 0;
         continue;

@@ -105,7 +105,7 @@ struct Engine::Impl {
   void gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& jobs,
             const std::vector<Seq*>& job_seq);
   void forget_drafts(const Seq& s);
-  void verify(Seq& s, const float* rows, int32_t backup);
+  void verify(Seq& s, const float* rows, int32_t backup, const RecurrentRecord* rec);
   // One forward of batch `b` (logits and the target's hidden rows where
   // not null), on every rank when the engine runs over ranks: the step, the
   // page copies and state changes since the last one go to the followers
@@ -126,6 +126,11 @@ struct Engine::Impl {
   spec::MtpProposer* mtp = nullptr;                  // among proposers, when --spec mtp
   std::vector<spec::Proposer*> hidden_users;         // proposers that want hidden states
   std::vector<float> hidden_rows;                    // every batch token's hidden state
+  // A hybrid's verify steps: each drafting sequence's DeltaNet inputs
+  // (record_of[i] indexes records for the step's i-th sequence, -1: none),
+  // so a rejected draft's state is rebuilt without a forward.
+  std::vector<RecurrentRecord> records;
+  std::vector<int> record_of;
   Workspace ws;
   Batch batch;
   std::vector<float> logits;

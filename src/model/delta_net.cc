@@ -26,6 +26,56 @@ void l2_normalize(float* x, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+// The causal convolution of one sequence's n input rows (row stride ld_in)
+// into out [n][ch], SiLU applied: input row r - (K-1) + j meets tap j, rows
+// before the run come from the conv state (oldest first), which then holds
+// the last K-1 inputs of the extended sequence.
+void conv_advance(const LayerWeights& L, float* state, const float* in, int64_t ld_in, float* out,
+                  int64_t n, int64_t ch, int64_t K) {
+  for (int64_t r = 0; r < n; ++r) {
+    float* y = out + r * ch;
+    std::fill_n(y, ch, 0.0f);
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t src = r - (K - 1) + j;
+      const float* xr = src >= 0 ? in + src * ld_in : state + (K - 1 + src) * ch;
+      for (int64_t q = 0; q < ch; ++q) y[q] += L.ssm_conv[static_cast<size_t>(q * K + j)] * xr[q];
+    }
+    for (int64_t q = 0; q < ch; ++q) y[q] = silu(y[q]);
+  }
+  const int64_t keep = K - 1;
+  if (n >= keep) {
+    for (int64_t r = 0; r < keep; ++r) std::copy_n(in + (n - keep + r) * ld_in, ch, state + r * ch);
+  } else {
+    std::copy(state + n * ch, state + keep * ch, state);
+    for (int64_t r = 0; r < n; ++r) std::copy_n(in + r * ld_in, ch, state + (keep - n + r) * ch);
+  }
+}
+
+// The delta rule of value head h over one run of n convolved rows (conv,
+// row stride ch; β and decay with row stride ld_gb), advancing S and
+// writing the outputs to o (row stride ld_o).
+void delta_head(const ArchConfig& c, const float* conv, int64_t n, const float* beta,
+                const float* g, int64_t ld_gb, float* S, float* o, int64_t ld_o, int64_t h,
+                float* scratch) {
+  const int64_t ch = c.ssm_conv_channels(), hk = c.ssm_n_k_heads, hd = c.ssm_head_dim;
+  kernels::DeltaRuleArgs a;
+  a.n_tokens = n;
+  a.dk = a.dv = static_cast<int>(hd);
+  a.q = conv + (h % hk) * hd;
+  a.k = conv + hk * hd + (h % hk) * hd;
+  a.ld_qk = ch;
+  a.v = conv + 2 * hk * hd + h * hd;
+  a.ld_v = ch;
+  a.g = g + h;
+  a.beta = beta + h;
+  a.ld_gb = ld_gb;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  a.S = S + h * hd * hd;
+  a.o = o + h * hd;
+  a.ld_o = ld_o;
+  kernels::delta_rule(a, kDeltaRuleChunk, scratch);
+}
+
 }  // namespace
 
 Status seq_runs(TokenSpan s, const kv::KvCache& cache, std::vector<SeqRun>& runs) {
@@ -85,32 +135,26 @@ void delta_net_block(const Model& m, int layer, int state_layer, TokenSpan s,
       g = softplus(g + L.ssm_dt_bias[static_cast<size_t>(h)]) * L.ssm_a[static_cast<size_t>(h)];
     }
 
-  // Causal convolution per sequence: input row r - (K-1) + j meets tap j,
-  // rows before the run come from the conv state (oldest first).
-  for (const SeqRun& run : runs) {
-    float* state = states.conv(run.slot, state_layer);  // [K-1][ch]
-    const int64_t n = run.end - run.begin;
-    const float* in = ws.ssm_mixed.data() + run.begin * ch;
-    float* out = ws.ssm_conv.data() + run.begin * ch;
-    for (int64_t r = 0; r < n; ++r) {
-      float* y = out + r * ch;
-      std::fill_n(y, ch, 0.0f);
-      for (int64_t j = 0; j < K; ++j) {
-        const int64_t src = r - (K - 1) + j;
-        const float* xr = src >= 0 ? in + src * ch : state + (K - 1 + src) * ch;
-        for (int64_t q = 0; q < ch; ++q) y[q] += L.ssm_conv[static_cast<size_t>(q * K + j)] * xr[q];
+  // What a speculative verify step keeps of its sequences (model.h,
+  // RecurrentRecord): the convolution input, β and decay of each position.
+  if (ws.record != nullptr)
+    for (RecurrentRecord& rec : *ws.record)
+      for (const SeqRun& run : runs) {
+        if (run.slot != rec.slot) continue;
+        for (int64_t i = run.begin; i < run.end; ++i) {
+          const int64_t at = s[i].pos - rec.pos0;
+          if (at < 0 || at >= rec.n_max) continue;
+          float* dst = rec.rows.data() + (state_layer * rec.n_max + at) * rec.width;
+          std::copy_n(ws.ssm_mixed.data() + i * ch, ch, dst);
+          std::copy_n(ws.ssm_beta.data() + i * hv, hv, dst + ch);
+          std::copy_n(ws.ssm_g.data() + i * hv, hv, dst + ch + hv);
+        }
       }
-      for (int64_t q = 0; q < ch; ++q) y[q] = silu(y[q]);
-    }
-    // The new state: the last K-1 inputs of the extended sequence.
-    const int64_t keep = K - 1;
-    if (n >= keep) {
-      std::copy_n(in + (n - keep) * ch, keep * ch, state);
-    } else {
-      std::copy(state + n * ch, state + keep * ch, state);
-      std::copy_n(in, n * ch, state + (keep - n) * ch);
-    }
-  }
+
+  // Causal convolution per sequence.
+  for (const SeqRun& run : runs)
+    conv_advance(L, states.conv(run.slot, state_layer), ws.ssm_mixed.data() + run.begin * ch, ch,
+                 ws.ssm_conv.data() + run.begin * ch, run.end - run.begin, ch, K);
   for (int64_t i = 0; i < T; ++i) {
     float* row = ws.ssm_conv.data() + i * ch;
     for (int64_t h = 0; h < 2 * hk; ++h) l2_normalize(row + h * hd, hd, eps);
@@ -119,29 +163,15 @@ void delta_net_block(const Model& m, int layer, int state_layer, TokenSpan s,
   // The delta rule, one task per (sequence, value head); value head j reads
   // query/key head j mod H_k.
   const size_t n_tasks = runs.size() * static_cast<size_t>(hv);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   pool.parallel_for_dynamic(n_tasks, 1, [&](size_t b, size_t e, int slot) {
     float* scratch = ws.ssm_scratch.data() + ws.ssm_scratch_floats * static_cast<size_t>(slot);
     for (size_t task = b; task < e; ++task) {
       const SeqRun& run = runs[task / static_cast<size_t>(hv)];
       const int64_t h = static_cast<int64_t>(task % static_cast<size_t>(hv));
-      const float* base = ws.ssm_conv.data() + run.begin * ch;
-      kernels::DeltaRuleArgs a;
-      a.n_tokens = run.end - run.begin;
-      a.dk = a.dv = static_cast<int>(hd);
-      a.q = base + (h % hk) * hd;
-      a.k = base + hk * hd + (h % hk) * hd;
-      a.ld_qk = ch;
-      a.v = base + 2 * hk * hd + h * hd;
-      a.ld_v = ch;
-      a.g = ws.ssm_g.data() + run.begin * hv + h;
-      a.beta = ws.ssm_beta.data() + run.begin * hv + h;
-      a.ld_gb = hv;
-      a.scale = scale;
-      a.S = states.ssm(run.slot, state_layer) + h * hd * hd;
-      a.o = ws.ssm_o.data() + run.begin * inner + h * hd;
-      a.ld_o = inner;
-      kernels::delta_rule(a, kDeltaRuleChunk, scratch);
+      delta_head(c, ws.ssm_conv.data() + run.begin * ch, run.end - run.begin,
+                 ws.ssm_beta.data() + run.begin * hv, ws.ssm_g.data() + run.begin * hv, hv,
+                 states.ssm(run.slot, state_layer), ws.ssm_o.data() + run.begin * inner, inner, h,
+                 scratch);
     }
   });
 
@@ -157,6 +187,29 @@ void delta_net_block(const Model& m, int layer, int state_layer, TokenSpan s,
                   ws.matmul_scratch.data());
   reduce_partial(ws, ws.cur.data(), T * d);  // tensor split: each rank's value heads
   for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);
+}
+
+void delta_net_replay(const Model& m, int layer, int state_layer, const RecurrentRecord& rec,
+                      int64_t n, kv::KvCache& cache, Workspace& ws, ThreadPool& pool) {
+  const ArchConfig& c = m.config();
+  const LayerWeights& L = m.weights().layers[static_cast<size_t>(layer)];
+  const int64_t ch = c.ssm_conv_channels(), hk = c.ssm_n_k_heads, hv = c.ssm_n_v_heads;
+  const int64_t hd = c.ssm_head_dim, inner = c.ssm_inner;
+  kv::StatePool& states = cache.states();
+  const float* in = rec.rows.data() + state_layer * rec.n_max * rec.width;
+  conv_advance(L, states.conv(rec.slot, state_layer), in, rec.width, ws.ssm_conv.data(), n, ch,
+               c.ssm_conv_kernel);
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = ws.ssm_conv.data() + i * ch;
+    for (int64_t h = 0; h < 2 * hk; ++h) l2_normalize(row + h * hd, hd, c.rms_eps);
+  }
+  pool.parallel_for_dynamic(static_cast<size_t>(hv), 1, [&](size_t b, size_t e, int slot) {
+    float* scratch = ws.ssm_scratch.data() + ws.ssm_scratch_floats * static_cast<size_t>(slot);
+    for (size_t h = b; h < e; ++h)
+      delta_head(c, ws.ssm_conv.data(), n, in + ch, in + ch + hv, rec.width,
+                 states.ssm(rec.slot, state_layer), ws.ssm_o.data(), inner, static_cast<int64_t>(h),
+                 scratch);
+  });
 }
 
 }  // namespace sustain

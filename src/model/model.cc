@@ -532,6 +532,35 @@ Status Model::forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& 
   return Status::ok();
 }
 
+void Model::size_record(RecurrentRecord& rec, int64_t n) const {
+  rec.n_max = n;
+  rec.width = int64_t{cfg_.ssm_conv_channels()} + 2 * int64_t{cfg_.ssm_n_v_heads};
+  rec.rows.resize(static_cast<size_t>(int64_t{cfg_.n_recurrent_layer()} * n * rec.width));
+}
+
+Status Model::replay_recurrent(const RecurrentRecord& rec, int64_t n, kv::KvCache& cache,
+                               Workspace& ws, ThreadPool& pool) const {
+  if (!cfg_.is_hybrid() || !cache.has_state())
+    return error(Code::kInvalidArgument, "replay_recurrent: the model keeps no recurrent state");
+  if (n < 0 || n > rec.n_max || n > ws.max_tokens ||
+      rec.width != int64_t{cfg_.ssm_conv_channels()} + 2 * int64_t{cfg_.ssm_n_v_heads} ||
+      rec.rows.size() <
+          static_cast<size_t>(int64_t{cfg_.n_recurrent_layer()} * rec.n_max * rec.width))
+    return error(Code::kInvalidArgument,
+                 "replay_recurrent: a record of {} positions cannot give {}", rec.n_max, n);
+  kv::StatePool& states = cache.states();
+  if (states.pos(rec.slot) != rec.pos0)
+    return error(Code::kInvalidArgument,
+                 "replay_recurrent: state {} stands at position {}, the record starts at {}",
+                 rec.slot, states.pos(rec.slot), rec.pos0);
+  int state_layer = 0;
+  for (uint32_t l = 0; l < cfg_.n_main_layer(); ++l)
+    if (cfg_.is_recurrent(l))
+      delta_net_replay(*this, static_cast<int>(l), state_layer++, rec, n, cache, ws, pool);
+  states.set_pos(rec.slot, rec.pos0 + n);
+  return Status::ok();
+}
+
 kv::KvGeometry Model::stage_kv_geometry(PipelineStage& stage, QType k_type, QType v_type,
                                         int page_tokens) const {
   kv::KvGeometry g = kv_geometry(k_type, v_type, page_tokens);

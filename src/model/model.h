@@ -53,6 +53,20 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
+// A hybrid's DeltaNet inputs for some positions of one sequence, as a
+// forward computed them: per recurrent layer, each position's convolution
+// input (conv_channels), β and decay (n_v_heads each). A speculative verify
+// step records its sequences' rows, so that after a rejected draft the
+// state is rebuilt from the accepted positions' rows alone
+// (Model::replay_recurrent) instead of a forward over them.
+struct RecurrentRecord {
+  int32_t slot = -1;        // the sequence's recurrent-state slot
+  int64_t pos0 = 0;         // the first position recorded
+  int64_t n_max = 0;        // positions [pos0, pos0 + n_max) are recorded
+  int64_t width = 0;        // floats per position and layer: conv_channels + 2 n_v_heads
+  std::vector<float> rows;  // [n_recurrent_layer][n_max][width]
+};
+
 // Buffers for one forward call of up to `max_tokens` tokens, allocated once.
 struct Workspace {
   int64_t max_tokens = 0;
@@ -94,6 +108,9 @@ struct Workspace {
   // The pipeline stage of the forward call in progress (null: the whole
   // model); set by Model::forward for the call's duration.
   const PipelineStage* stage = nullptr;
+  // Set by the caller: the DeltaNet blocks copy the inputs of these
+  // sequences' positions into them (null: nothing is recorded).
+  std::vector<RecurrentRecord>* record = nullptr;
 };
 
 class Model {
@@ -154,6 +171,15 @@ class Model {
   // block attends over its own KV in `mtp_cache` (mtp_kv_geometry).
   Status forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& mtp_cache,
                      Workspace& ws, ThreadPool& pool, float* logits) const;
+  // A hybrid: advances state `rec.slot` of `cache` over the first `n`
+  // recorded positions (from its state at rec.pos0), as a forward over those
+  // tokens would, from the recorded rows: the convolution and the delta
+  // rule of every DeltaNet block, no matrix. kInvalidArgument when the
+  // record does not hold them or the state does not stand at rec.pos0.
+  Status replay_recurrent(const RecurrentRecord& rec, int64_t n, kv::KvCache& cache, Workspace& ws,
+                          ThreadPool& pool) const;
+  // Sizes `rec` for `n` positions of this model (width and rows).
+  void size_record(RecurrentRecord& rec, int64_t n) const;
   kv::KvGeometry mtp_kv_geometry(QType k_type = QType::F16, QType v_type = QType::F16,
                                  int page_tokens = 32) const;
 

@@ -91,6 +91,12 @@ void delta_net_block(const Model& m, int layer, int state_layer, TokenSpan s,
                      const std::vector<SeqRun>& runs, kv::KvCache& cache, Workspace& ws,
                      ThreadPool& pool);
 
+// The state update of delta_net_block for `n` positions of one sequence
+// from their recorded inputs (RecurrentRecord), without the projections:
+// the convolution and the delta rule only.
+void delta_net_replay(const Model& m, int layer, int state_layer, const RecurrentRecord& rec,
+                      int64_t n, kv::KvCache& cache, Workspace& ws, ThreadPool& pool);
+
 // Mixture of experts (qwen3moe): each token's FFN is the weighted sum of the
 // SwiGLU experts its router ranks highest, x += Σ_j w_j · expert_j(norm(x));
 // tokens are grouped by expert so each expert's matrices are read once.

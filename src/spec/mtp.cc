@@ -45,11 +45,17 @@ bool MtpProposer::run(const std::vector<std::pair<SeqState*, int64_t>>& logit_se
   logits_.resize(std::max<size_t>(1, logit_seqs.size()) * n_vocab);
   if (!model_.forward_mtp(batch_, h_prev_.data(), *cache_, ws_, pool_, logits_.data()).is_ok())
     return false;
+  const auto d = static_cast<size_t>(model_.config().n_embd);
   for (size_t r = 0; r < logit_seqs.size(); ++r) {
     SeqState* s = logit_seqs[r].first;
     s->logits.assign(logits_.begin() + static_cast<std::ptrdiff_t>(r * n_vocab),
                      logits_.begin() + static_cast<std::ptrdiff_t>((r + 1) * n_vocab));
     s->logits_pos = logit_seqs[r].second;
+    // The head's input rows stay in logits_in (one chunk: the batch is at
+    // most the workspace's tokens).
+    if (opt_.depth > 1)
+      s->h_out.assign(ws_.logits_in.begin() + static_cast<std::ptrdiff_t>(r * d),
+                      ws_.logits_in.begin() + static_cast<std::ptrdiff_t>((r + 1) * d));
   }
   return true;
 }
@@ -133,14 +139,70 @@ void MtpProposer::observe(std::span<const Observed> steps) {
 
 void MtpProposer::propose_batch(std::span<Job> jobs) {
   const int64_t n_vocab = model_.config().n_vocab;
+  const auto d = static_cast<size_t>(model_.config().n_embd);
+  // The jobs whose draft goes on past the first token.
+  std::vector<std::pair<Job*, SeqState*>> chain;
   for (Job& j : jobs) {
     auto it = seqs_.find(j.seq);
     if (it == seqs_.end() || j.k < 1 || j.tokens.empty()) continue;
     SeqState& s = it->second;
     if (s.logits_pos != static_cast<int64_t>(j.tokens.size()) - 1) continue;
     if (!s.sampler) s.sampler.emplace(draft_sampling(*j.sampling));
-    draw_token(*s.sampler, s.logits.data(), n_vocab, opt_.p_min, *j.out, probs_);
+    if (draw_token(*s.sampler, s.logits.data(), n_vocab, opt_.p_min, *j.out, probs_) &&
+        std::min(j.k, opt_.depth) > 1 && s.h_out.size() == d)
+      chain.emplace_back(&j, &s);
   }
+  if (chain.empty()) return;
+  // Chained passes: entry i + 1 of each sequence takes its last draft and
+  // the block's own output at i; one pass per drafted token, batched over
+  // the sequences still drafting. The entries go into the block's KV after
+  // its verified ones and leave it at the end.
+  std::vector<float> h_next(chain.size() * d);
+  for (size_t c = 0; c < chain.size(); ++c)
+    std::copy(chain[c].second->h_out.begin(), chain[c].second->h_out.end(),
+              h_next.begin() + static_cast<std::ptrdiff_t>(c * d));
+  std::vector<size_t> live;
+  for (size_t c = 0; c < chain.size(); ++c) live.push_back(c);
+  for (int t = 1; !live.empty(); ++t) {
+    batch_.tokens.clear();
+    batch_.seqs.clear();
+    h_prev_.clear();
+    std::vector<size_t> ran;
+    for (size_t c : live) {
+      Job& j = *chain[c].first;
+      SeqState& s = *chain[c].second;
+      if (static_cast<int64_t>(ran.size()) >= ws_.max_tokens) break;  // the rest stop here
+      if (!cache_->reserve(s.table, 1).is_ok()) continue;  // out of pages: its draft ends
+      const int64_t pos = s.done + t - 1;
+      batch_.seqs.push_back(&s.table);
+      batch_.tokens.push_back(
+          {j.out->tokens.back(), static_cast<int32_t>(batch_.seqs.size() - 1), pos, true});
+      h_prev_.insert(h_prev_.end(), h_next.begin() + static_cast<std::ptrdiff_t>(c * d),
+                     h_next.begin() + static_cast<std::ptrdiff_t>((c + 1) * d));
+      ran.push_back(c);
+    }
+    live.clear();
+    if (ran.empty()) break;
+    logits_.resize(ran.size() * static_cast<size_t>(n_vocab));
+    if (!model_.forward_mtp(batch_, h_prev_.data(), *cache_, ws_, pool_, logits_.data()).is_ok())
+      break;  // the drafts made so far stand
+    for (size_t r = 0; r < ran.size(); ++r) {
+      const size_t c = ran[r];
+      Job& j = *chain[c].first;
+      SeqState& s = *chain[c].second;
+      std::copy_n(ws_.logits_in.begin() + static_cast<std::ptrdiff_t>(r * d), d,
+                  h_next.begin() + static_cast<std::ptrdiff_t>(c * d));
+      if (draw_token(*s.sampler, logits_.data() + r * static_cast<size_t>(n_vocab), n_vocab,
+                     opt_.p_min, *j.out, probs_) &&
+          static_cast<int>(j.out->tokens.size()) < std::min(j.k, opt_.depth))
+        live.push_back(c);
+    }
+  }
+  // Only verified tokens stay in the block's KV.
+  for (auto& [j, s] : chain) cache_->truncate(s->table, s->done);
+  batch_.tokens.clear();
+  batch_.seqs.clear();
+  h_prev_.clear();
 }
 
 }  // namespace sustain::spec

@@ -15,12 +15,19 @@
 // no rollback. A prompt's image positions enter the block as their image
 // rows (Observed::rows), as they entered the target.
 //
-// What it does not do (docs/speculative.md): draft more than one token a
-// step (chaining the block's own hidden state into a second pass is not
-// built), and see the hidden states of prompt positions the prefix cache
-// served (the target computed nothing there): those entries get zeros, so
-// drafts after a cached prefix are worse, never wrong. Its KV lives in a
-// pool of its own that mirrors the target's, in f16.
+// More than one token a step (MtpOptions::depth): the block's entry at the
+// first draft's position takes that draft and, in place of the target's
+// hidden state there (not computed yet), the block's own normed output at
+// the position before — the rows its head read — and so on, one batched
+// pass over the drafting sequences per token. Those entries are
+// speculative: they leave the block's KV after the step, and the real ones
+// enter when the target has verified the tokens.
+//
+// What it does not do (docs/speculative.md): see the hidden states of
+// prompt positions the prefix cache served (the target computed nothing
+// there): those entries get zeros, so drafts after a cached prefix are
+// worse, never wrong. Its KV lives in a pool of its own that mirrors the
+// target's, in f16.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +48,7 @@ struct MtpOptions {
   int64_t pool_tokens = 0;  // KV tokens over all sequences (> 0)
   int64_t ubatch_tokens = 512;
   float p_min = 0.0f;  // no draft below this top probability (temperature 1)
+  int depth = 1;       // tokens drafted a step at most (chained passes)
 };
 
 class MtpProposer final : public Proposer {
@@ -69,6 +77,7 @@ class MtpProposer final : public Proposer {
     bool has_h_next = false;
     int64_t logits_pos = -1;  // the position whose entry left `logits`
     std::vector<float> logits;
+    std::vector<float> h_out;  // the block's normed output there (what a chained pass reads)
     std::optional<sampling::Sampler> sampler;
   };
   MtpProposer(const Model& m, const MtpOptions& o, ThreadPool& pool)

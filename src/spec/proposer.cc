@@ -21,6 +21,9 @@ Status validate(const Config& c) {
   if (c.draft_min < 1 || c.draft_min > c.draft_max)
     return error(Code::kInvalidArgument, "--draft-min {} is out of range (1..--draft-max {})",
                  c.draft_min, c.draft_max);
+  if (c.mtp_depth < 1 || c.mtp_depth > 16)
+    return error(Code::kInvalidArgument, "--spec-mtp-depth {} is out of range (1..16)",
+                 c.mtp_depth);
   if (c.ngram_max < 1 || c.ngram_max > 16)
     return error(Code::kInvalidArgument, "--spec-ngram-max {} is out of range (1..16)",
                  c.ngram_max);

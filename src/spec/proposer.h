@@ -106,6 +106,10 @@ struct Config {
   QType draft_k_type = QType::F16;
   QType draft_v_type = QType::F16;
   float draft_p_min = 0.0f;
+  // mtp: tokens drafted a step at most by chaining the block's own output
+  // (1 = the block's one prediction; each more is one more pass of the
+  // block and its LM head over the sequences drafting). Capped by k.
+  int mtp_depth = 1;
   bool enabled() const { return !types.empty(); }
   // "oracle" matches "oracle:ALPHA".
   bool uses(const char* type) const {

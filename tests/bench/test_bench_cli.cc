@@ -300,6 +300,7 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"-m " + tiny_model() + " --ctx 64 --concurrency 0", "--concurrency"},
       {"-m " + tiny_model() + " --ctx 64 --ablate colour=blue", "colour"},
       {"-m " + tiny_model() + " --ctx 64 --ablate layout=diagonal", "layout must be tiled or rows"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate spec=mtp,mtp_depth=17", "mtp_depth=17"},
       {"-m " + tiny_model() + " --ctx 64 --kv-layout diagonal", "--kv-layout"},
       {"-m " + tiny_model() + " --ctx 64 -n 1", "-n 1"},
       {"-m " + tmp_path("no_such_model.gguf") + " --ctx 64", "no_such_model.gguf"},

@@ -135,6 +135,7 @@ TEST(CliRun, SpeculativeFlagsAreChecked) {
       {"--spec draft -md /nonexistent/draft.gguf", "/nonexistent/draft.gguf"},
       {"--spec mtp", "no MTP/NextN block"},
       {"--spec ngram --draft-p-min 2", "--draft-p-min"},
+      {"--spec mtp --spec-mtp-depth 0", "--spec-mtp-depth"},
       {"--spec oracle:1.5", "oracle:1.5"},
       {"--spec oracle", "oracle:0.8"},
       {"--spec ngram --spec-gate maybe", "--spec-gate"},

@@ -5,8 +5,9 @@
 // state's bookkeeping refusing what it cannot do.
 #include <gtest/gtest.h>
 
-#include <memory>
+#include <cmath>
 #include <fstream>
+#include <memory>
 #include <random>
 
 #include "model/model.h"
@@ -367,6 +368,65 @@ TEST(Qwen35, StateBookkeepingRefusesBadBatches) {
   e.cache->release(a);
   e.cache->release(b);
   EXPECT_EQ(e.cache->states().n_free(), 2);
+}
+
+// A speculative verify step's record (RecurrentRecord): the state from
+// before the step, replayed over the first n recorded positions, equals the
+// state a forward over just those n tokens leaves — conv rows and S
+// matrices of every DeltaNet block, for every n a verify can accept.
+TEST(Qwen35, ReplayFromTheRecordEqualsAForward) {
+  SUSTAIN_REQUIRE_REF();
+  Engine e = open_engine(model_path("tiny-qwen35-f32"), 256, 64, 2, 3);
+  ASSERT_TRUE(e.model && e.cache);
+  const std::vector<int32_t> prefix = {7454, 2402, 257, 640, 11};
+  const std::vector<int32_t> block = {612, 373, 257, 1310, 2576, 13};
+  auto feed = [&](kv::PageTable& t, const std::vector<int32_t>& ids,
+                  std::vector<RecurrentRecord>* rec) {
+    ASSERT_TRUE(e.cache->reserve(t, static_cast<int64_t>(ids.size())).is_ok());
+    Batch b;
+    b.seqs = {&t};
+    for (size_t i = 0; i < ids.size(); ++i)
+      b.tokens.push_back({ids[i], 0, t.n_tokens - static_cast<int64_t>(ids.size() - i), false});
+    e.ws.record = rec;
+    ASSERT_TRUE(e.model->forward(b, *e.cache, e.ws, *e.pool, nullptr).is_ok());
+    e.ws.record = nullptr;
+  };
+  kv::StatePool& st = e.cache->states();
+  kv::PageTable a;
+  feed(a, prefix, nullptr);
+  const int32_t backup = st.alloc();
+  ASSERT_GE(backup, 0);
+  st.copy(a.state, backup);
+  std::vector<RecurrentRecord> rec(1);
+  rec[0].slot = a.state;
+  rec[0].pos0 = static_cast<int64_t>(prefix.size());
+  e.model->size_record(rec[0], static_cast<int64_t>(block.size()));
+  feed(a, block, &rec);
+  const size_t n_floats = st.geometry().n_layer * st.geometry().layer_floats();
+  for (const int64_t n : {1, 3, 6}) {
+    SCOPED_TRACE(n);
+    st.copy(backup, a.state);
+    ASSERT_TRUE(e.model->replay_recurrent(rec[0], n, *e.cache, e.ws, *e.pool).is_ok());
+    EXPECT_EQ(st.pos(a.state), static_cast<int64_t>(prefix.size()) + n);
+    kv::PageTable c;
+    feed(c, prefix, nullptr);
+    feed(c, std::vector<int32_t>(block.begin(), block.begin() + n), nullptr);
+    const float* got = st.conv(a.state, 0);
+    const float* want = st.conv(c.state, 0);
+    float diff = 0, mag = 0;
+    for (size_t i = 0; i < n_floats; ++i) {
+      diff = std::max(diff, std::fabs(got[i] - want[i]));
+      mag = std::max(mag, std::fabs(want[i]));
+    }
+    EXPECT_GT(mag, 0.0f);
+    EXPECT_LE(diff, 1e-5f * mag) << "largest difference " << diff << " of " << mag;
+    e.cache->release(c);
+  }
+  // A record that does not hold the positions, or a state elsewhere, is refused.
+  EXPECT_FALSE(e.model->replay_recurrent(rec[0], 7, *e.cache, e.ws, *e.pool).is_ok());
+  EXPECT_FALSE(e.model->replay_recurrent(rec[0], 2, *e.cache, e.ws, *e.pool).is_ok());
+  st.free(backup);
+  e.cache->release(a);
 }
 
 }  // namespace

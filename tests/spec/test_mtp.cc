@@ -144,13 +144,16 @@ TEST(MtpProposer, EngineGreedyOutputIsUnchanged) {
   SUSTAIN_REQUIRE_REF();
   const RefData ref = read_ref("tiny-qwen35-f32.p2_medium.kvf16.mtp");
   std::vector<std::vector<int32_t>> outs;
-  for (const bool spec : {false, true}) {
+  // No speculation, the block's one token a step, and three chained.
+  for (const int depth : {0, 1, 3}) {
+    const bool spec = depth > 0;
     engine::EngineConfig c;
     c.model_path = ref_path("models/tiny-qwen35-f32.gguf");
     c.n_threads = 2;
     c.n_ctx = 512;
     c.n_parallel = 3;
     if (spec) c.spec.types = {"mtp"};
+    c.spec.mtp_depth = std::max(depth, 1);
     c.spec.gate = false;  // drafts every step: the test counts them
     auto e = engine::Engine::create(c);
     ASSERT_TRUE(e.has_value()) << e.status().message();
@@ -182,11 +185,18 @@ TEST(MtpProposer, EngineGreedyOutputIsUnchanged) {
                   static_cast<unsigned long long>(st.spec_accepted_tokens));
       EXPECT_EQ(st.draft_kv_pages_used, 0) << "the MTP block's pages went back";
       EXPECT_GT(st.draft_kv_bytes, 0);
+      // One token a step, or chained up to three (--draft-max 8 allows it).
+      if (depth == 1) EXPECT_EQ(st.spec_draft_tokens, st.spec_steps);
+      if (depth == 3) EXPECT_GT(st.spec_draft_tokens, 2 * st.spec_steps);
     } else {
       EXPECT_EQ(st.spec_steps, 0u);
     }
   }
-  for (size_t r = 0; r < 3; ++r) EXPECT_EQ(outs[r], outs[r + 3]) << "request " << r;
+  ASSERT_EQ(outs.size(), 9u);
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(outs[r], outs[r + 3]) << "request " << r;
+    EXPECT_EQ(outs[r], outs[r + 6]) << "request " << r << ", chained drafts";
+  }
 }
 
 // The block itself: fed image keys with rows equal to the lookups they

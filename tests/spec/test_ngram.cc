@@ -47,6 +47,10 @@ TEST(SpecConfig, RangesAndTypesAreChecked) {
   c.draft_max = 8;
   c.draft_min = 9;
   EXPECT_NE(validate(c).message().find("--draft-min 9"), std::string::npos);
+  c.draft_min = 1;
+  c.mtp_depth = 17;
+  EXPECT_NE(validate(c).message().find("--spec-mtp-depth 17"), std::string::npos);
+  c.mtp_depth = 1;
   auto bad = parse_types("ngram,telepathy");
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.status().message().find("telepathy"), std::string::npos);
