@@ -255,16 +255,13 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
   L.shards = shards;
   for (size_t d = 0; d < shards.size(); ++d) L.dev[d].cut = describe(shards[d]);
 
-  // Layers (layer split) and KV heads (tensor split) per device.
+  // Layers per device (layer split); under a tensor split every device
+  // has every layer and its shard's heads.
   const std::vector<int64_t> lb =
       row ? std::vector<int64_t>{0, c.n_layer} : split_bounds(c.n_main_layer(), ratios);
-  const std::vector<int64_t> hb =
-      row ? split_bounds(c.n_head_kv, ratios) : std::vector<int64_t>{0, c.n_head_kv};
   const uint64_t kv_row = g.k_row_bytes() + g.v_row_bytes();
   // Hybrid models: only full-attention blocks keep KV, DeltaNet blocks keep
-  // a state per sequence (split by value heads under a tensor split).
-  const std::vector<int64_t> vb =
-      row ? split_bounds(c.ssm_n_v_heads, ratios) : std::vector<int64_t>{0, c.ssm_n_v_heads};
+  // a state per sequence (a shard's heads' part under a tensor split).
   const uint64_t conv_layer =
       c.is_hybrid() ? uint64_t{c.ssm_conv_kernel - 1} * c.ssm_conv_channels() : 0;
   const uint64_t ssm_head = uint64_t{c.ssm_head_dim} * c.ssm_head_dim;
@@ -272,9 +269,7 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
     DeviceUse& u = L.dev[d];
     u.layer_begin = static_cast<int>(row ? 0 : lb[d]);
     u.layer_end = static_cast<int>(row ? c.n_layer : lb[d + 1]);
-    u.kv_heads = static_cast<int>(!shards.empty() ? shards[d].n_kv_cached()
-                                  : row           ? hb[d + 1] - hb[d]
-                                                  : c.n_head_kv);
+    u.kv_heads = static_cast<int>(!shards.empty() ? shards[d].n_kv_cached() : c.n_head_kv);
     uint64_t kv_layers = 0, window_layers = 0, state_layers = 0;
     for (int il = u.layer_begin; il < u.layer_end; ++il) {
       const auto l = static_cast<uint32_t>(il);
@@ -292,10 +287,8 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
       const uint64_t conv = uint64_t{rc.ssm_conv_kernel - 1} * rc.ssm_conv_channels();
       u.state_per_sequence = state_layers * (conv + rc.ssm_n_v_heads * ssm_head) * sizeof(float);
     } else if (c.is_hybrid()) {
-      // Conv rows stay whole on device 0 under a tensor split (they are small).
-      const uint64_t heads = row ? static_cast<uint64_t>(vb[d + 1] - vb[d]) : c.ssm_n_v_heads;
-      const uint64_t conv = row && d != 0 ? 0 : conv_layer;
-      u.state_per_sequence = state_layers * (conv + heads * ssm_head) * sizeof(float);
+      u.state_per_sequence =
+          state_layers * (conv_layer + c.ssm_n_v_heads * ssm_head) * sizeof(float);
     }
   }
   auto owner_of_layer = [&](int layer) {
@@ -357,20 +350,10 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
         add(d, b, c.is_moe() && is_expert_stack(t.name) ? b / c.n_expert * c.n_expert_used : b);
       }
       // The embedding rows a step reads (the tied table's other use).
-      if (output && embd) add(0, 0, t.bytes / static_cast<uint64_t>(std::max<int64_t>(1, t.shape[0])));
-    } else if (layer >= 0 && row && t.shape.size() == 2 && t.shape[0] > 0) {
-      // Tensor split: each device holds its share of every matrix's rows.
-      const std::vector<int64_t> rb = split_bounds(t.shape[0], ratios);
-      const uint64_t row_bytes = t.bytes / static_cast<uint64_t>(t.shape[0]);
-      uint64_t placed = 0;
-      for (size_t d = 0; d < n_dev; ++d) {
-        const uint64_t b = row_bytes * static_cast<uint64_t>(rb[d + 1] - rb[d]);
-        add(d, b, b);
-        placed += b;
-      }
-      add(0, t.bytes - placed, t.bytes - placed);
+      if (output && embd)
+        add(0, 0, t.bytes / static_cast<uint64_t>(std::max<int64_t>(1, t.shape[0])));
     } else if (layer >= 0) {
-      add(row ? 0 : owner_of_layer(layer), t.bytes, step);
+      add(owner_of_layer(layer), t.bytes, step);
     } else if (row) {
       add(0, t.bytes, step);  // embeddings, output and norms stay on the main device
     } else if (output || t.name == "output_norm.weight") {
