@@ -8,6 +8,7 @@
 //   bench_attention --benchmark_repetitions=5 --benchmark_report_aggregates_only
 //   bench_attention --benchmark_filter='Decode.*/16384/32/1/'  (one depth, every format)
 //   bench_attention --benchmark_filter='Decode.*/32768/32/1/4/'  (Q4_0 tiled and rows)
+//   bench_attention --benchmark_filter=Verify  (k + 1 queries of one sequence at 32K)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -196,6 +197,36 @@ void BM_PrefillAttention(benchmark::State& state) {
 }
 BENCHMARK(BM_PrefillAttention)
     ->ArgsProduct({{16384}, {0, 1, 2, 3, 4, 5, 6, 7, 8}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+// A verify step at depth: the k + 1 queries of one sequence (the last
+// drafted token and k drafts) at the end of a context of `ctx` tokens, over
+// all kLayers layers: what item 4 of the speculation issue prices (a k = 4
+// step against k = 0 is the attention part of the verify-cost curve).
+// args: context, format (index in kTypes), queries (k + 1)
+void BM_VerifyAttention(benchmark::State& state) {
+  const int64_t ctx = state.range(0);
+  const QType type = kTypes[state.range(1)];
+  const int n = static_cast<int>(state.range(2));
+  Setup& s = setup(type, 32, ctx);
+  const attention::AttnParams p = bench_params(true);
+  std::vector<attention::QueryInfo> queries;
+  for (int i = 0; i < n; ++i) queries.push_back({&s.table, ctx - n + i + 1});
+  std::vector<float> q(size_t(n) * kHeads * kHeadDim), out(q.size());
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : q) x = nd(rng);
+  Buffer scratch = aligned_buffer(attention::attention_scratch_bytes(p, n, kThreads));
+  time_layers(state, s, ctx, kLayers, [&](int layer) {
+    attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
+    benchmark::DoNotOptimize(out.data());
+  });
+  state.SetLabel(std::string(qtype_name(type)) + " verify " + std::to_string(n) + " queries");
+}
+BENCHMARK(BM_VerifyAttention)
+    ->ArgsProduct({{32768}, {1, 3}, {1, 2, 3, 5, 9, 17}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

@@ -44,6 +44,10 @@ struct Args {
   // --verify: draft lengths k whose verify step (k + 1 tokens of one
   // sequence, logits for each) is timed at every depth; empty = off.
   std::vector<int64_t> verify;
+  // --batch: numbers of sequences B whose batched decode step (one token of
+  // each of B sequences, every one at the depth, logits for each) is timed
+  // at every depth; empty = off.
+  std::vector<int64_t> batch;
 };
 
 [[noreturn]] void die(const std::string& m) {
@@ -96,20 +100,26 @@ Args parse(int argc, char** argv) {
       else die("--layout must be tiled, rows or both, got '" + v + "'");
     } else if (f == "--verify") {
       for (auto& x : split(val())) a.verify.push_back(to_int("--verify", x, 0, 64));
+    } else if (f == "--batch") {
+      for (auto& x : split(val())) a.batch.push_back(to_int("--batch", x, 1, 64));
     } else if (f == "-h" || f == "--help") {
       std::printf(
           "bench_depth -m MODEL [-d 0,4096,...] [-ctk f16,q8_0,q4_0:f16,...] [-p 512] [-n 64]\n"
           "            [-r 3] [-t THREADS] [--fill real|random] [--layout tiled|rows|both]\n"
-          "            [--verify 0,1,2,4,8,16]\n"
+          "            [--verify 0,1,2,4,8,16] [--batch 1,2,4,8,16]\n"
           "  --verify: also time a speculative verify step (k + 1 tokens of one sequence,\n"
           "            logits for each) at every depth, -n steps per k; prints ms per step\n"
           "            and the cost relative to k = 0 (the verify-cost curve).\n"
+          "  --batch:  also time a batched decode step (one token of each of B sequences,\n"
+          "            all at the depth, logits for each), -n steps per B; prints ms per\n"
+          "            step, tok/s and the aggregate relative to B = 1.\n"
           "  -ctk entries are K formats (V the same) or K:V pairs.\n"
           "  --layout: page layout of the 32-element block formats and fp8 (kv/tiled.h);\n"
           "            both "
           "runs each format row by row, then tiled.\n");
       std::exit(0);
-    } else die("unknown flag '" + f + "' (see --help)");
+    } else
+      die("unknown flag '" + f + "' (see --help)");
   }
   if (a.model.empty()) die("-m MODEL is required");
   return a;
@@ -145,6 +155,8 @@ int main(int argc, char** argv) {
   // smaller workspace would split a verify step into single tokens).
   int64_t ws_tokens = std::max<int64_t>(a.n_prompt, 1);
   for (int64_t k : a.verify) ws_tokens = std::max(ws_tokens, k + 1);
+  for (int64_t b : a.batch) ws_tokens = std::max(ws_tokens, b);
+  const int64_t max_batch = a.batch.empty() ? 1 : *std::max_element(a.batch.begin(), a.batch.end());
   Workspace ws = m.make_workspace(ws_tokens, pool.size());
   std::vector<float> logits(static_cast<size_t>(n_vocab));
   std::mt19937 rng(1234);
@@ -173,7 +185,8 @@ int main(int argc, char** argv) {
     g.window_layers.clear();
     if (!tiled && a.tiled.size() > 1 && !kv::tileable(kt) && !kv::tileable(vt))
       continue;  // --layout both: a format without a tiled layout runs once
-    auto cache = kv::KvCache::create(g, max_depth + std::max(a.n_prompt, a.n_gen) + 1);
+    auto cache = kv::KvCache::create(
+        g, (max_depth + std::max(a.n_prompt, a.n_gen) + 1) * (a.batch.empty() ? 1 : max_batch + 1));
     if (!cache) die(cache.status().message());
     for (int64_t depth : a.depths) {
       kv::PageTable t;
@@ -270,6 +283,61 @@ int main(int argc, char** argv) {
         verify_ms.push_back(stat(ms).median);
       }
       if (saved >= 0) cache->states().free(saved);
+      // Batched decode: B sequences of random K/V at the depth (the values
+      // do not change the cost), one token of each per step, every run of -n
+      // steps rewound so each step sees about the same depth.
+      std::vector<double> batch_ms;
+      if (!a.batch.empty()) {
+        std::vector<kv::PageTable> seqs(static_cast<size_t>(max_batch));
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<float> k(size_t(g.n_head_kv) * g.head_dim_k),
+            v(size_t(g.n_head_kv) * g.head_dim_v);
+        for (auto& st : seqs) {
+          if (!cache->reserve(st, depth).is_ok()) die("KV reserve failed (batch)");
+          for (int64_t p = 0; p < depth; ++p)
+            for (int l = 0; l < g.n_layer; ++l) {
+              for (auto& x : k) x = nd(rng);
+              for (auto& x : v) x = nd(rng);
+              cache->store(st, l, p, k.data(), v.data());
+            }
+          if (cache->has_state()) {
+            if (st.state < 0 && !cache->reserve(st, 0).is_ok()) die("state slot");
+            cache->states().copy(t.state, st.state);
+          }
+        }
+        for (int64_t nb : a.batch) {
+          Batch b;
+          for (int64_t s = 0; s < nb; ++s) {
+            b.seqs.push_back(&seqs[size_t(s)]);
+            b.tokens.push_back({token(), static_cast<int>(s), depth, true});
+          }
+          if (logits.size() < size_t(nb) * n_vocab) logits.resize(size_t(nb) * n_vocab);
+          std::vector<double> ms;
+          for (int r = 0; r < a.reps; ++r) {
+            const auto t0 = Clock::now();
+            for (int64_t i = 0; i < a.n_gen; ++i) {
+              for (int64_t s = 0; s < nb; ++s) {
+                if (!cache->reserve(seqs[size_t(s)], 1).is_ok()) die("KV reserve failed");
+                b.tokens[size_t(s)].pos = depth + i;
+              }
+              auto st = m.forward(b, *cache, ws, pool, logits.data());
+              if (!st.is_ok()) die(st.message());
+            }
+            ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count() / a.n_gen);
+            for (int64_t s = 0; s < nb; ++s) cache->truncate(seqs[size_t(s)], depth);
+          }
+          batch_ms.push_back(stat(ms).median);
+        }
+        for (auto& st : seqs) cache->release(st);
+      }
+      for (size_t i = 0; i < a.batch.size(); ++i)
+        std::printf(
+            "| batch | %s | %s | %lld | B=%lld | %.2f ms/step | %.1f tok/s | %.2fx B=%lld |\n",
+            std::string(qtype_name(kt)).c_str(), std::string(qtype_name(vt)).c_str(),
+            (long long)depth, (long long)a.batch[i], batch_ms[i],
+            1e3 * double(a.batch[i]) / batch_ms[i],
+            (double(a.batch[i]) / batch_ms[i]) / (double(a.batch[0]) / batch_ms[0]),
+            (long long)a.batch[0]);
       for (size_t i = 0; i < a.verify.size(); ++i)
         std::printf("| verify | %s | %s | %lld | k=%lld | %.2f ms/step | %.2fx k=0 |\n",
                     std::string(qtype_name(kt)).c_str(), std::string(qtype_name(vt)).c_str(),
