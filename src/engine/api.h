@@ -299,6 +299,11 @@ class Engine {
   explicit Engine(const EngineConfig& c);
   EngineConfig config_;
   std::unique_ptr<Model> model_;
+  // --spec mtp over a tensor split, rank 0: the whole model, whose MTP
+  // block drafts from the whole hidden state rank 0 holds after each
+  // all-reduce (model_ is rank 0's cut). Views into the same file: the
+  // block's and the head's pages are all it adds.
+  std::unique_ptr<Model> mtp_model_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::unique_ptr<Impl> impl_;
 };

@@ -43,14 +43,16 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   if (c.page_tokens < 1 || c.page_tokens > 4096)
     return error(Code::kInvalidArgument, "engine: page size must be in [1, 4096] tokens, got {}", c.page_tokens);
 
-  // Proposers run on rank 0 (ngram, a draft model, the bench's oracle);
-  // verify steps, rollback and a hybrid's state backups go to every rank as
-  // any step does. The MTP block reads the target's final hidden state,
-  // which no rank 0 of a split holds whole.
-  if (c.ranks != nullptr && c.spec.uses("mtp"))
+  // Proposers run on rank 0 (ngram, a draft model, the MTP block, the
+  // bench's oracle); verify steps, rollback and a hybrid's state backups go
+  // to every rank as any step does. The MTP block reads the target's final
+  // hidden state, which rank 0 of a tensor split holds whole and rank 0 of
+  // a layer split (the first stage) does not.
+  if (c.ranks != nullptr && !c.ranks->tensor() && c.spec.uses("mtp"))
     return error(Code::kUnsupported,
-                 "engine: --spec mtp over ranks (--split) is not built yet (the MTP block needs "
-                 "the whole model's final hidden state on rank 0); ngram and draft run over ranks");
+                 "engine: --spec mtp over ranks runs under --split tensor only (under --split "
+                 "layer the final hidden state the MTP block reads is on the last rank, not on "
+                 "rank 0); ngram and draft run under both");
 
   std::unique_ptr<Engine> e(new Engine(c));
   SUSTAIN_TRY(spec::validate(c.spec));
@@ -81,7 +83,18 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   Expected<std::unique_ptr<Scheduler>> impl = tok.status();
   if (tok) {
     e->tok_ = std::make_unique<tokenizer::Tokenizer>(std::move(*tok));
-    impl = Scheduler::create(*e, setup->g, pool_tokens);
+    Status whole = Status::ok();
+    if (c.spec.uses("mtp")) {
+      auto m = Model::load(c.model_path);
+      if (m)
+        e->mtp_model_ = std::move(*m);
+      else
+        whole = m.status();
+    }
+    if (whole)
+      impl = Scheduler::create(*e, setup->g, pool_tokens);
+    else
+      impl = whole;
   }
   SUSTAIN_TRY(relay::confirm_followers(*c.ranks, impl.status()));
   e->impl_ = std::move(*impl);

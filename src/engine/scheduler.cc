@@ -116,7 +116,9 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
       o.ubatch_tokens = std::min(c.batch_tokens, c.ubatch_tokens);
       o.p_min = c.spec.draft_p_min;
       o.depth = c.spec.mtp_depth;
-      SUSTAIN_ASSIGN_OR_RETURN(auto m, spec::MtpProposer::create(*e.model_, o, *s->pool));
+      // Over a tensor split, the whole model beside rank 0's cut (api.h).
+      const Model& whole = e.mtp_model_ ? *e.mtp_model_ : *e.model_;
+      SUSTAIN_ASSIGN_OR_RETURN(auto m, spec::MtpProposer::create(whole, o, *s->pool));
       s->mtp = m.get();
       s->proposers.push_back(std::move(m));
       continue;
@@ -568,11 +570,12 @@ Status Scheduler::forward(Batch& b, float* logits, float* hidden) {
   if (r == nullptr) return engine.model_->forward(b, *cache, ws, *pool, logits, nullptr, hidden);
   // Over ranks: every rank runs the step, and a rank 0 that fails inside
   // it would leave the others waiting for its hand-off or all-reduce, so
-  // any failure ends the job (the server answers nothing more). The hidden
-  // rows are not gathered (no proposer that reads them runs over ranks).
+  // any failure ends the job (the server answers nothing more). Hidden
+  // rows (--spec mtp) come from rank 0 of a tensor split, whose residual
+  // stream is whole; the engine refuses mtp under a layer split.
   Status st = relay::send_step(*r, b, cache->take_copies(), cache->take_state_ops(),
                                engine.model_->config().n_embd);
-  if (st) st = engine.model_->forward(b, *cache, ws, *pool, logits, nullptr, nullptr, r->stage);
+  if (st) st = engine.model_->forward(b, *cache, ws, *pool, logits, nullptr, hidden, r->stage);
   if (st && logits != nullptr)
     st = relay::recv_logits(*r, logits, b.n_logits() * engine.model_->config().n_vocab);
   if (!st) {

@@ -591,8 +591,6 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
   if (hidden && !logits)
     return error(Code::kInvalidArgument, "forward: hidden states come with logits");
   if (stage) {
-    if (hidden || hidden_all)
-      return error(Code::kInvalidArgument, "forward: no hidden states from a pipeline stage");
     // The main blocks (an MTP block runs only in forward_mtp).
     const int n = static_cast<int>(cfg_.n_main_layer());
     if (stage->layer_begin < 0 || stage->layer_end > n || stage->layer_begin >= stage->layer_end)
@@ -600,6 +598,15 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
                    stage->layer_begin, stage->layer_end, n);
     if ((stage->layer_begin > 0 && !stage->recv) || (stage->layer_end < n && !stage->send))
       return error(Code::kInvalidArgument, "pipeline stage [{}, {}) has no hand-off",
+                   stage->layer_begin, stage->layer_end);
+    // Hidden states come from a stage that holds the whole residual stream
+    // after the last block and computes logits: rank 0 of a tensor split
+    // (every rank's partial sums are added there), not a layer split's.
+    if ((hidden || hidden_all) &&
+        (stage->layer_begin != 0 || stage->layer_end != n || !stage->head))
+      return error(Code::kInvalidArgument,
+                   "forward: hidden states come only from a stage of every block that computes "
+                   "the logits (rank 0 of a tensor split), not from blocks [{}, {})",
                    stage->layer_begin, stage->layer_end);
   }
   if (shard_ && shard_->n_ranks > 1 &&

@@ -363,6 +363,40 @@ TEST_P(SplitServeSpeculation, KeepsTheText) {
 
 INSTANTIATE_TEST_SUITE_P(Splits, SplitServeSpeculation, ::testing::Values("layer", "tensor"));
 
+// --spec mtp over a tensor split: rank 0's residual stream is whole after
+// each all-reduce, so its MTP block drafts from the same hidden states one
+// process would; the text equals one process's without speculation, drafts
+// were made, and rejected ones were rolled back on every rank (the hybrid's
+// state restored and re-absorbed).
+TEST(SplitServeMtp, TensorSplitKeepsTheText) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  const std::string m = ref_path("models/tiny-qwen35-f32.gguf");
+  std::string why;
+  auto one = ServeProcess::start(kArgs, &why, m);
+  ASSERT_TRUE(one != nullptr) << why;
+  auto split =
+      ServeProcess::start(std::string(kArgs) + " --spec mtp --split tensor", &why, m, mpirun(2));
+  ASSERT_TRUE(split != nullptr) << why;
+  std::vector<std::string> want, got(kPrompts.size());
+  std::vector<json> whole(kPrompts.size());
+  for (const auto& p : kPrompts) want.push_back(complete(*one, body(p, 24)));
+  std::vector<std::thread> th;
+  for (size_t i = 0; i < kPrompts.size(); ++i)
+    th.emplace_back(
+        [&, i] { got[i] = complete(*split, body(kPrompts[i], 24), nullptr, &whole[i]); });
+  for (auto& t : th) t.join();
+  int64_t drafted = 0, accepted = 0;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    ASSERT_FALSE(want[i].empty()) << one->stderr_text();
+    EXPECT_EQ(got[i], want[i]) << kPrompts[i] << "\n" << split->stderr_text();
+    ASSERT_TRUE(whole[i]["usage"].contains("speculative")) << whole[i].dump();
+    drafted += whole[i]["usage"]["speculative"]["drafted"].get<int64_t>();
+    accepted += whole[i]["usage"]["speculative"]["accepted"].get<int64_t>();
+  }
+  EXPECT_GT(drafted, 0);
+  EXPECT_LT(accepted, drafted) << "no draft was rejected: the rollback did not run";
+}
+
 // `sustain bench --split` under mpirun: the ladder, a prefill point and the
 // concurrency ladder run over the ranks, and the report says what rank 0's
 // transport carried; ablation rows run the same bench on rank 0 alone and

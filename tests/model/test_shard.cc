@@ -232,7 +232,7 @@ void check_shards(const std::string& name, const std::vector<double>& shares, fl
     Workspace ws;
     PipelineStage stage;
     std::unique_ptr<ThreadPool> pool;
-    std::vector<float> logits;
+    std::vector<float> logits, hidden;
     Status st;
   };
   std::vector<Rank> ranks(static_cast<size_t>(R));
@@ -251,7 +251,7 @@ void check_shards(const std::string& name, const std::vector<double>& shares, fl
     k.cache.emplace(std::move(c).value());
     k.ws = k.model->make_workspace(kChunk, 1);
     k.pool = std::make_unique<ThreadPool>(1);
-    k.stage.layer_end = static_cast<int>(k.model->config().n_layer);
+    k.stage.layer_end = static_cast<int>(k.model->config().n_main_layer());
     k.stage.head = split_head || r == 0;
     if (split_head) {
       const int64_t cols = sh.n_vocab();
@@ -269,17 +269,32 @@ void check_shards(const std::string& name, const std::vector<double>& shares, fl
   for (const std::vector<int32_t>& ids :
        {std::vector<int32_t>{1, 7, 42, 3, 9, 100, 5, 2, 8, 11, 13, 17}, std::vector<int32_t>{23},
         std::vector<int32_t>{4, 6}}) {
-    std::vector<float> want;
-    ASSERT_TRUE(feed(**whole, *wc, wt, wws, wpool, ids, &want, nullptr).is_ok());
+    std::vector<float> want, want_hidden;
+    ASSERT_TRUE(feed(**whole, *wc, wt, wws, wpool, ids, &want, nullptr, &want_hidden).is_ok());
     std::vector<std::thread> threads;
+    // Rank 0 also gives every position's hidden state (what --spec mtp
+    // drafts from over a tensor split): its residual stream is whole.
     for (Rank& k : ranks)
-      threads.emplace_back([&k, &ids] {
-        k.st = feed(*k.model, *k.cache, k.table, k.ws, *k.pool, ids, &k.logits, &k.stage);
+      threads.emplace_back([&k, &ids, first = &k == &ranks[0]] {
+        k.st = feed(*k.model, *k.cache, k.table, k.ws, *k.pool, ids, &k.logits, &k.stage,
+                    first ? &k.hidden : nullptr);
       });
     for (auto& t : threads) t.join();
     for (const Rank& k : ranks) ASSERT_TRUE(k.st.is_ok()) << k.st.message();
     ASSERT_EQ(ranks[0].logits.size(), want.size());
     EXPECT_LE(worst(want, ranks[0].logits), bound);
+    ASSERT_EQ(ranks[0].hidden.size(), want_hidden.size());
+    EXPECT_LE(worst(want_hidden, ranks[0].hidden), bound);
+  }
+  // A rank that does not compute the logits has no hidden states to give
+  // (refused before any collective, so no rank is left waiting).
+  if (!split_head && !ranks[1].cache->has_state()) {  // (a hybrid's one state slot is taken)
+    Rank& k = ranks[1];
+    std::vector<float> logits, hidden;
+    kv::PageTable t;
+    const Status st = feed(*k.model, *k.cache, t, k.ws, *k.pool, {5}, &logits, &k.stage, &hidden);
+    EXPECT_NE(st.message().find("hidden states come only from"), std::string::npos) << st.message();
+    k.cache->release(t);
   }
 }
 
@@ -291,6 +306,8 @@ TEST(TensorShards, ShardsGiveTheWholeForward) {
   check_shards("tiny-llama-f32", {2.0, 1.5, 1.0}, 1e-5f);  // a KV group cut in two
   check_shards("tiny-gemma3-f32", {1.0, 2.0}, 1e-5f);      // post-norms, sliding window
   check_shards("tiny-gemma3-f32", {1.0, 1.0, 1.0}, 1e-5f);
+  check_shards("tiny-qwen35-f32", {1.0, 1.0}, 1e-5f,
+               /*split_head=*/false);  // DeltaNet by key heads
   // Quantized: attn_output whole (one 256-column block a row), biases
   // (qwen2), Q/K norms (qwen3). An activation whose int8 code the noise
   // moves by one step may move a logit by ~1e-2 on these random models.
