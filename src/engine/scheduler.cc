@@ -100,6 +100,14 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
   s->pool = std::make_unique<ThreadPool>(c.n_threads > 0 ? c.n_threads
                                                          : ThreadPool::hardware_threads());
   s->ws = e.model_->make_workspace(std::min(c.batch_tokens, c.ubatch_tokens), s->pool->size());
+  // The gate learns a draft's price from decode steps of different sizes;
+  // where a step drafts one token at most (the MTP block alone, one token
+  // a step) they differ by one row, and waiting for two would keep the
+  // gate exploring — drafting every other step — forever.
+  const bool mtp_only = c.spec.types.size() == 1 && c.spec.uses("mtp") && !c.extra_proposer;
+  const int64_t most_drafted =
+      mtp_only ? std::min(c.spec.draft_max, c.spec.mtp_depth) : int64_t{c.spec.draft_max};
+  s->decode_cost = StepCostModel(std::clamp<int64_t>(most_drafted, 1, 2));
   if (c.extra_proposer) s->proposers.push_back(c.extra_proposer);
   for (const std::string& t : c.spec.types) {
     if (t == "draft") {

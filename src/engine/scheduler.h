@@ -160,7 +160,8 @@ struct Engine::Impl {
   StepCostModel cost;
   // Decode-only steps (no prefill rows), which price drafted tokens for the
   // speculation gate, and the acceptance over every sequence (the prior of
-  // a new one).
+  // a new one). Ready once the steps span 2 rows, or 1 where no step can
+  // carry more than one draft (mtp at depth 1): Scheduler::create.
   StepCostModel decode_cost{2};
   // What single-sequence decode and verify steps cost against decode_cost's
   // prediction, per row count and depth (the gate's per-k price).

@@ -514,7 +514,7 @@ kv::KvGeometry Model::mtp_kv_geometry(QType k_type, QType v_type, int page_token
 }
 
 Status Model::forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& mtp_cache,
-                          Workspace& ws, ThreadPool& pool, float* logits) const {
+                          Workspace& ws, ThreadPool& pool, float* logits, float* x_rows) const {
   if (cfg_.n_nextn == 0)
     return error(Code::kUnsupported, "{}: the model has no MTP/NextN block", file_.path());
   SUSTAIN_TRY(check_batch(cfg_, batch));
@@ -527,7 +527,34 @@ Status Model::forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& 
     TokenSpan span{batch, b0, b1};
     float* out = logits ? logits + logit_row * static_cast<int64_t>(cfg_.n_vocab) : nullptr;
     SUSTAIN_TRY(forward_qwen35_mtp(*this, span, h_prev, mtp_cache, ws, pool, out));
-    for (int64_t i = b0; i < b1; ++i) logit_row += batch.tokens[static_cast<size_t>(i)].logits;
+    const int64_t d = cfg_.n_embd;
+    for (int64_t i = b0; i < b1; ++i) {
+      if (!batch.tokens[static_cast<size_t>(i)].logits) continue;
+      if (x_rows) std::copy_n(ws.x.data() + (i - b0) * d, d, x_rows + logit_row * d);
+      ++logit_row;
+    }
+  }
+  return Status::ok();
+}
+
+Status Model::mtp_head(const float* x_rows, int64_t rows, Workspace& ws, ThreadPool& pool,
+                       float* logits, float* normed) const {
+  if (cfg_.n_nextn == 0)
+    return error(Code::kUnsupported, "{}: the model has no MTP/NextN block", file_.path());
+  const LayerWeights& L = w_.layers[cfg_.n_main_layer()];
+  const float* gain = (L.nextn_head_norm.empty() ? w_.output_norm : L.nextn_head_norm).data();
+  const kernels::WeightView& head = L.nextn_head.data ? L.nextn_head : w_.output;
+  const int64_t d = cfg_.n_embd;
+  for (int64_t r0 = 0; r0 < rows; r0 += ws.max_tokens) {
+    const int64_t n = std::min(rows - r0, ws.max_tokens);
+    for (int64_t i = 0; i < n; ++i)
+      kernels::rms_norm(x_rows + (r0 + i) * d, gain, ws.logits_in.data() + i * d, d, cfg_.rms_eps);
+    if (normed) std::copy_n(ws.logits_in.data(), n * d, normed + r0 * d);
+    float* out = logits + r0 * head.n_out;
+    kernels::matmul(head, ws.logits_in.data(), d, n, out, head.n_out, pool,
+                    ws.matmul_scratch.data());
+    if (const float cap = cfg_.final_logit_softcap; cap > 0.0f)
+      for (int64_t i = 0; i < n * head.n_out; ++i) out[i] = cap * std::tanh(out[i] / cap);
   }
   return Status::ok();
 }

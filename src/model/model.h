@@ -171,8 +171,17 @@ class Model {
   // main forward at position pos - 1, zeros at position 0 — gives logits
   // that draft the token after t, for the tokens with `logits` set. The
   // block attends over its own KV in `mtp_cache` (mtp_kv_geometry).
-  Status forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& mtp_cache,
-                     Workspace& ws, ThreadPool& pool, float* logits) const;
+  // `x_rows` (optional): the block's output before its head for the same
+  // tokens [n_logits × n_embd]; with logits null the head is not run, and
+  // mtp_head() gives those logits later (the MTP proposer computes them
+  // only for a sequence the speculation gate lets draft).
+  Status forward_mtp(const Batch& batch, const float* h_prev, kv::KvCache& mtp_cache, Workspace& ws,
+                     ThreadPool& pool, float* logits, float* x_rows = nullptr) const;
+  // The MTP block's head over `rows` rows of forward_mtp's x_rows: logits
+  // [rows × n_vocab] and, optionally, the normed rows the head multiplied
+  // [rows × n_embd] (what a chained MTP pass takes as its hidden input).
+  Status mtp_head(const float* x_rows, int64_t rows, Workspace& ws, ThreadPool& pool, float* logits,
+                  float* normed = nullptr) const;
   // A hybrid: advances state `rec.slot` of `cache` over the first `n`
   // recorded positions (from its state at rec.pos0), as a forward over those
   // tokens would, from the recorded rows: the convolution and the delta

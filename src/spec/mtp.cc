@@ -33,44 +33,72 @@ void MtpProposer::forget(uint64_t seq) {
   seqs_.erase(it);
 }
 
-const float* MtpProposer::next_logits(uint64_t seq, int64_t* pos) const {
+const float* MtpProposer::next_logits(uint64_t seq, int64_t* pos) {
   auto it = seqs_.find(seq);
+  if (it != seqs_.end()) {
+    SeqState* s = &it->second;
+    ensure_logits(std::span<SeqState* const>(&s, 1));
+  }
   const bool has = it != seqs_.end() && it->second.logits_pos >= 0;
   if (pos != nullptr) *pos = has ? it->second.logits_pos : -1;
   return has ? it->second.logits.data() : nullptr;
 }
 
-bool MtpProposer::run(const std::vector<std::pair<SeqState*, int64_t>>& logit_seqs) {
-  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
-  logits_.resize(std::max<size_t>(1, logit_seqs.size()) * n_vocab);
-  if (!model_.forward_mtp(batch_, h_prev_.data(), *cache_, ws_, pool_, logits_.data()).is_ok())
-    return false;
+bool MtpProposer::run(const std::vector<std::pair<SeqState*, int64_t>>& last_seqs) {
   const auto d = static_cast<size_t>(model_.config().n_embd);
-  for (size_t r = 0; r < logit_seqs.size(); ++r) {
-    SeqState* s = logit_seqs[r].first;
-    s->logits.assign(logits_.begin() + static_cast<std::ptrdiff_t>(r * n_vocab),
-                     logits_.begin() + static_cast<std::ptrdiff_t>((r + 1) * n_vocab));
-    s->logits_pos = logit_seqs[r].second;
-    // The head's input rows stay in logits_in (one chunk: the batch is at
-    // most the workspace's tokens).
-    if (opt_.depth > 1)
-      s->h_out.assign(ws_.logits_in.begin() + static_cast<std::ptrdiff_t>(r * d),
-                      ws_.logits_in.begin() + static_cast<std::ptrdiff_t>((r + 1) * d));
+  x_rows_.resize(std::max<size_t>(1, last_seqs.size()) * d);
+  if (!model_.forward_mtp(batch_, h_prev_.data(), *cache_, ws_, pool_, nullptr, x_rows_.data())
+           .is_ok())
+    return false;
+  for (size_t r = 0; r < last_seqs.size(); ++r) {
+    SeqState* s = last_seqs[r].first;
+    s->x.assign(x_rows_.begin() + static_cast<std::ptrdiff_t>(r * d),
+                x_rows_.begin() + static_cast<std::ptrdiff_t>((r + 1) * d));
+    s->x_pos = last_seqs[r].second;
   }
   return true;
 }
 
+void MtpProposer::ensure_logits(std::span<SeqState* const> seqs) {
+  const auto d = static_cast<size_t>(model_.config().n_embd);
+  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  std::vector<SeqState*> need;
+  for (SeqState* s : seqs)
+    if (s->x_pos >= 0 && s->logits_pos != s->x_pos && s->x.size() == d) need.push_back(s);
+  if (need.empty()) return;
+  x_rows_.resize(need.size() * d);
+  for (size_t r = 0; r < need.size(); ++r)
+    std::copy(need[r]->x.begin(), need[r]->x.end(),
+              x_rows_.begin() + static_cast<std::ptrdiff_t>(r * d));
+  logits_.resize(need.size() * n_vocab);
+  normed_.resize(need.size() * d);
+  if (!model_
+           .mtp_head(x_rows_.data(), static_cast<int64_t>(need.size()), ws_, pool_, logits_.data(),
+                     normed_.data())
+           .is_ok())
+    return;  // no logits: no draft
+  for (size_t r = 0; r < need.size(); ++r) {
+    SeqState* s = need[r];
+    s->logits.assign(logits_.begin() + static_cast<std::ptrdiff_t>(r * n_vocab),
+                     logits_.begin() + static_cast<std::ptrdiff_t>((r + 1) * n_vocab));
+    s->logits_pos = s->x_pos;
+    if (opt_.depth > 1)
+      s->h_out.assign(normed_.begin() + static_cast<std::ptrdiff_t>(r * d),
+                      normed_.begin() + static_cast<std::ptrdiff_t>((r + 1) * d));
+  }
+}
+
 void MtpProposer::observe(std::span<const Observed> steps) {
   const int64_t d = model_.config().n_embd;
-  std::vector<std::pair<SeqState*, int64_t>> logit_seqs;
+  std::vector<std::pair<SeqState*, int64_t>> last_seqs;
   std::vector<uint64_t> touched;
   bool failed = false;
   auto flush = [&] {
-    if (!batch_.tokens.empty() && !run(logit_seqs)) failed = true;
+    if (!batch_.tokens.empty() && !run(last_seqs)) failed = true;
     batch_.tokens.clear();
     batch_.seqs.clear();
     h_prev_.clear();
-    logit_seqs.clear();
+    last_seqs.clear();
   };
   flush();
   for (const Observed& o : steps) {
@@ -84,6 +112,7 @@ void MtpProposer::observe(std::span<const Observed> steps) {
       s.has_h_next = false;
     }
     s.logits_pos = -1;
+    s.x_pos = -1;
     const int64_t done_before = s.done;
     // Entry i needs token i and the hidden state at i − 1: computable up to
     // the last hidden state observed, and up to the last known token.
@@ -120,7 +149,7 @@ void MtpProposer::observe(std::span<const Observed> steps) {
         // entered the target.
         if (i < static_cast<int64_t>(o.rows.size())) t.embd = o.rows[static_cast<size_t>(i)];
         batch_.tokens.push_back(t);
-        if (i == last) logit_seqs.emplace_back(&s, i);
+        if (i == last) last_seqs.emplace_back(&s, i);
       }
       s.done = end + 1;
     }
@@ -140,6 +169,13 @@ void MtpProposer::observe(std::span<const Observed> steps) {
 void MtpProposer::propose_batch(std::span<Job> jobs) {
   const int64_t n_vocab = model_.config().n_vocab;
   const auto d = static_cast<size_t>(model_.config().n_embd);
+  // The head for every sequence that drafts, in one batch.
+  std::vector<SeqState*> drafting;
+  for (Job& j : jobs) {
+    auto it = seqs_.find(j.seq);
+    if (it != seqs_.end() && j.k >= 1 && !j.tokens.empty()) drafting.push_back(&it->second);
+  }
+  ensure_logits(drafting);
   // The jobs whose draft goes on past the first token.
   std::vector<std::pair<Job*, SeqState*>> chain;
   for (Job& j : jobs) {

@@ -8,9 +8,13 @@
 // computed (Proposer::observe: the verified positions and their hidden
 // states) and feeds the block every entry that has become computable, in one
 // batched forward over all sequences; the entry of the sequence's last token
-// (sampled, not yet computed by the target) leaves logits for the next
-// position, from which the next step's draft is drawn at the request's
-// temperature (q is kept, so the engine verifies by rejection sampling).
+// (sampled, not yet computed by the target) leaves the block's output there.
+// The head turns it into logits for the next position only when a draft is
+// asked for (propose_batch, in one batch over the drafting sequences): a
+// sequence the speculation gate keeps from drafting costs the block's one
+// layer a token, not also the vocabulary-wide head. The draft is drawn at
+// the request's temperature (q is kept, so the engine verifies by
+// rejection sampling).
 // Only verified tokens ever enter the block's KV, so a rejected draft needs
 // no rollback. A prompt's image positions enter the block as their image
 // rows (Observed::rows), as they entered the target.
@@ -66,8 +70,9 @@ class MtpProposer final : public Proposer {
   int64_t kv_bytes() const { return static_cast<int64_t>(cache_->bytes_allocated()); }
   int32_t pages_in_use() const { return cache_->n_pages() - cache_->n_free_pages(); }
   // The block's logits at the sequence's last token (what its next draft is
-  // drawn from) and that token's position, or nullptr / -1.
-  const float* next_logits(uint64_t seq, int64_t* pos = nullptr) const;
+  // drawn from; the head runs here if it has not yet) and that token's
+  // position, or nullptr / -1.
+  const float* next_logits(uint64_t seq, int64_t* pos = nullptr);
 
  private:
   struct SeqState {
@@ -75,16 +80,21 @@ class MtpProposer final : public Proposer {
     int64_t done = 0;
     std::vector<float> h_next;  // the main hidden at position done − 1, when known
     bool has_h_next = false;
-    int64_t logits_pos = -1;  // the position whose entry left `logits`
+    int64_t x_pos = -1;  // the position whose entry left `x` (the block's output)
+    std::vector<float> x;
+    int64_t logits_pos = -1;  // the position whose head output is in `logits`
     std::vector<float> logits;
     std::vector<float> h_out;  // the block's normed output there (what a chained pass reads)
     std::optional<sampling::Sampler> sampler;
   };
   MtpProposer(const Model& m, const MtpOptions& o, ThreadPool& pool)
       : model_(m), opt_(o), pool_(pool) {}
-  // Runs batch_ / h_prev_ through the block; rows with logits go to the
-  // sequences in `logit_seqs` (batch order). false: the forward failed.
-  bool run(const std::vector<std::pair<SeqState*, int64_t>>& logit_seqs);
+  // Runs batch_ / h_prev_ through the block; the output rows of the tokens
+  // marked for logits go to the sequences in `last_seqs` (batch order).
+  // false: the forward failed.
+  bool run(const std::vector<std::pair<SeqState*, int64_t>>& last_seqs);
+  // Runs the head for the sequences whose output at x_pos has no logits yet.
+  void ensure_logits(std::span<SeqState* const> seqs);
 
   const Model& model_;
   MtpOptions opt_;
@@ -92,7 +102,7 @@ class MtpProposer final : public Proposer {
   std::optional<kv::KvCache> cache_;
   Workspace ws_;
   Batch batch_;
-  std::vector<float> h_prev_, logits_;
+  std::vector<float> h_prev_, logits_, x_rows_, normed_;
   std::vector<sampling::TokenProb> probs_;
   std::unordered_map<uint64_t, SeqState> seqs_;
 };

@@ -434,5 +434,38 @@ TEST(EngineSpec, GateDraftsWhenItPaysAndStopsWhenItDoesNot) {
   }
 }
 
+// The gate learns a draft's price from decode steps of different sizes.
+// The MTP block at depth 1 drafts one token a step, so those steps differ
+// by one row; a gate that waited for two never left its learning phase and
+// drafted every other step however rarely a draft was right. On the
+// reference hybrid (random weights: the block's drafts are all rejected,
+// and each rejection restores and re-absorbs the recurrent state) the gate
+// must keep it from drafting after its first steps, save probes.
+TEST(EngineSpec, GateStopsAnMtpBlockThatIsNeverRight) {
+  SUSTAIN_REQUIRE_REF();
+  EngineConfig c = config(ref_model("tiny-qwen35-f32.gguf"), false);
+  c.spec.types = {"mtp"};
+  c.spec.gate = true;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  const int n = 160;
+  Request r = greedy(repetitive(*e, 11), n);
+  r.sampling.temperature = 0.0f;
+  const Out out = run(*e, r);
+  ASSERT_EQ(static_cast<int>(out.ids.size()), n);
+  const EngineStats st = e->stats();
+  std::printf(
+      "[ measured ] gate, mtp: %lld drafted, %lld accepted; %llu sequence-steps kept "
+      "from drafting, %llu probes\n",
+      static_cast<long long>(out.usage.spec_drafted),
+      static_cast<long long>(out.usage.spec_accepted),
+      static_cast<unsigned long long>(st.spec_gate_skipped),
+      static_cast<unsigned long long>(st.spec_gate_probes));
+  EXPECT_GT(st.spec_gate_skipped, static_cast<uint64_t>(n / 2));
+  // Drafting every other step would be n / 2.
+  EXPECT_LT(out.usage.spec_drafted, n / 4) << out.usage.spec_accepted << " accepted";
+  EXPECT_EQ(st.kv_pages_used, 0);
+}
+
 }  // namespace
 }  // namespace sustain::engine
