@@ -46,13 +46,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   // Proposers run on rank 0 (ngram, a draft model, the MTP block, the
   // bench's oracle); verify steps, rollback and a hybrid's state backups go
   // to every rank as any step does. The MTP block reads the target's final
-  // hidden state, which rank 0 of a tensor split holds whole and rank 0 of
-  // a layer split (the first stage) does not.
-  if (c.ranks != nullptr && !c.ranks->tensor() && c.spec.uses("mtp"))
-    return error(Code::kUnsupported,
-                 "engine: --spec mtp over ranks runs under --split tensor only (under --split "
-                 "layer the final hidden state the MTP block reads is on the last rank, not on "
-                 "rank 0); ngram and draft run under both");
+  // hidden state: rank 0's own under a tensor split, the last rank's (sent
+  // with the logits) under a layer split.
 
   std::unique_ptr<Engine> e(new Engine(c));
   SUSTAIN_TRY(spec::validate(c.spec));
@@ -84,7 +79,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
   if (tok) {
     e->tok_ = std::make_unique<tokenizer::Tokenizer>(std::move(*tok));
     Status whole = Status::ok();
-    if (c.spec.uses("mtp")) {
+    // A layer split's rank 0 holds the whole model (it runs only its
+    // blocks); a tensor split's holds its cut, so the block runs on a
+    // whole one.
+    if (c.spec.uses("mtp") && c.ranks->tensor()) {
       auto m = Model::load(c.model_path);
       if (m)
         e->mtp_model_ = std::move(*m);

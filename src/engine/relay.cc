@@ -133,7 +133,7 @@ struct Follower {
   std::optional<kv::StatePool> snaps;  // hybrid models: rank 0's prefix-cache snapshots, mirrored
   std::vector<kv::PageTable> tables;
   Batch batch;
-  std::vector<float> logits, embd;
+  std::vector<float> logits, embd, hidden;
 };
 
 // Reads word i of a step message, failing on a short one.
@@ -154,6 +154,7 @@ Status run_step(const EngineRanks& r, Follower& f, const std::vector<int64_t>& m
   Reader in{m};
   const int64_t n_tokens = in.next(), n_seqs = in.next(), n_copies = in.next(),
                 n_embd_rows = in.next(), n_state_ops = in.next();
+  const bool want_hidden = in.next() != 0;
   if (n_tokens < 0 || n_seqs < 0 || n_copies < 0 || n_embd_rows < 0 || n_state_ops < 0 ||
       static_cast<size_t>(n_state_ops) * 4 > m.size() ||
       static_cast<size_t>(n_tokens) * 6 > m.size() || static_cast<size_t>(n_seqs) > m.size() ||
@@ -234,13 +235,19 @@ Status run_step(const EngineRanks& r, Follower& f, const std::vector<int64_t>& m
   const int64_t n_logits = b.n_logits();
   const int64_t n_vocab = f.model->config().n_vocab;
   f.logits.resize(static_cast<size_t>(std::max<int64_t>(n_logits, 1) * n_vocab));
-  SUSTAIN_TRY(
-      f.model->forward(b, *f.cache, f.ws, *f.pool, f.logits.data(), nullptr, nullptr, r.stage));
-  // Layer split: the last rank computed the logits, which rank 0 samples.
+  // Layer split: the last rank computed the logits, which rank 0 samples,
+  // and, where rank 0's MTP block drafts, every token's hidden state.
   const int last = r.comm->size() - 1;
+  const bool send_hidden = want_hidden && !r.tensor() && r.comm->rank() == last;
+  if (send_hidden) f.hidden.resize(static_cast<size_t>(std::max<int64_t>(n_tokens, 1) * d));
+  SUSTAIN_TRY(f.model->forward(b, *f.cache, f.ws, *f.pool, f.logits.data(), nullptr,
+                               send_hidden ? f.hidden.data() : nullptr, r.stage));
   if (!r.tensor() && r.comm->rank() == last && n_logits > 0)
     SUSTAIN_TRY(
         r.comm->send(0, f.logits.data(), static_cast<size_t>(n_logits * n_vocab) * sizeof(float)));
+  if (send_hidden && n_tokens > 0)
+    SUSTAIN_TRY(
+        r.comm->send(0, f.hidden.data(), static_cast<size_t>(n_tokens * d) * sizeof(float)));
   return Status::ok();
 }
 
@@ -373,13 +380,14 @@ Status close_followers(const EngineRanks& r) {
 }
 
 Status send_step(const EngineRanks& r, const Batch& b, const std::vector<kv::PageCopy>& copies,
-                 const std::vector<kv::StateOp>& state_ops, int64_t n_embd) {
+                 const std::vector<kv::StateOp>& state_ops, int64_t n_embd, bool hidden) {
   std::vector<int64_t> m = {kStep,
                             static_cast<int64_t>(b.tokens.size()),
                             static_cast<int64_t>(b.seqs.size()),
                             static_cast<int64_t>(copies.size()),
                             0,
-                            static_cast<int64_t>(state_ops.size())};
+                            static_cast<int64_t>(state_ops.size()),
+                            hidden};
   std::vector<float> embd;
   for (const BatchToken& t : b.tokens) {
     m.insert(m.end(), {t.id, t.seq, t.pos, t.logits, t.n_visible, t.embd != nullptr});
@@ -406,6 +414,10 @@ Status recv_logits(const EngineRanks& r, float* logits, int64_t n) {
   const int last = r.comm->size() - 1;
   if (r.tensor() || last == 0 || n == 0) return Status::ok();
   return r.comm->recv(last, logits, static_cast<size_t>(n) * sizeof(float));
+}
+
+Status recv_hidden(const EngineRanks& r, float* hidden, int64_t n) {
+  return recv_logits(r, hidden, n);  // the same wire, after the logits
 }
 
 }  // namespace relay

@@ -38,11 +38,16 @@ Status close_followers(const EngineRanks& r);
 
 // Rank 0, before each forward: the batch, each sequence's page table, and
 // the page copies and recurrent-state changes the cache made since the last
-// step. Returns once every rank has it.
+// step. Returns once every rank has it. `hidden`: rank 0 wants every
+// token's hidden state (--spec mtp), which under a layer split the last
+// rank sends after the logits.
 Status send_step(const EngineRanks& r, const Batch& b, const std::vector<kv::PageCopy>& copies,
-                 const std::vector<kv::StateOp>& state_ops, int64_t n_embd);
+                 const std::vector<kv::StateOp>& state_ops, int64_t n_embd, bool hidden = false);
 // Rank 0, after its forward under a layer split: the logits rows the last
 // rank computed (nothing to do under a tensor split).
 Status recv_logits(const EngineRanks& r, float* logits, int64_t n);
+// Rank 0, after recv_logits under a layer split, for a step sent with
+// `hidden`: every token's normed final hidden state [n_tokens × n_embd].
+Status recv_hidden(const EngineRanks& r, float* hidden, int64_t n);
 
 }  // namespace sustain::engine::relay

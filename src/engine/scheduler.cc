@@ -579,13 +579,20 @@ Status Scheduler::forward(Batch& b, float* logits, float* hidden) {
   // Over ranks: every rank runs the step, and a rank 0 that fails inside
   // it would leave the others waiting for its hand-off or all-reduce, so
   // any failure ends the job (the server answers nothing more). Hidden
-  // rows (--spec mtp) come from rank 0 of a tensor split, whose residual
-  // stream is whole; the engine refuses mtp under a layer split.
+  // rows (--spec mtp) are rank 0's own under a tensor split (its residual
+  // stream is whole after each all-reduce) and the last rank's under a
+  // layer split, which sends them after the logits.
+  const bool layer = !r->tensor();
   Status st = relay::send_step(*r, b, cache->take_copies(), cache->take_state_ops(),
-                               engine.model_->config().n_embd);
-  if (st) st = engine.model_->forward(b, *cache, ws, *pool, logits, nullptr, hidden, r->stage);
+                               engine.model_->config().n_embd, layer && hidden != nullptr);
+  if (st)
+    st = engine.model_->forward(b, *cache, ws, *pool, logits, nullptr, layer ? nullptr : hidden,
+                                r->stage);
   if (st && logits != nullptr)
     st = relay::recv_logits(*r, logits, b.n_logits() * engine.model_->config().n_vocab);
+  if (st && layer && hidden != nullptr)
+    st = relay::recv_hidden(*r, hidden,
+                            static_cast<int64_t>(b.tokens.size()) * engine.model_->config().n_embd);
   if (!st) {
     std::fprintf(stderr, "sustain: error: engine over ranks: %s\n", st.message().c_str());
     r->comm->abort(1);

@@ -627,14 +627,14 @@ Status Model::forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, Thr
       return error(Code::kInvalidArgument, "pipeline stage [{}, {}) has no hand-off",
                    stage->layer_begin, stage->layer_end);
     // Hidden states come from a stage that holds the whole residual stream
-    // after the last block and computes logits: rank 0 of a tensor split
-    // (every rank's partial sums are added there), not a layer split's.
-    if ((hidden || hidden_all) &&
-        (stage->layer_begin != 0 || stage->layer_end != n || !stage->head))
+    // after the last block and computes the logits: the last stage of a
+    // layer split, or rank 0 of a tensor split (every rank's partial sums
+    // are added there).
+    if ((hidden || hidden_all) && (stage->layer_end != n || !stage->head))
       return error(Code::kInvalidArgument,
-                   "forward: hidden states come only from a stage of every block that computes "
-                   "the logits (rank 0 of a tensor split), not from blocks [{}, {})",
-                   stage->layer_begin, stage->layer_end);
+                   "forward: hidden states come only from the stage that ends with the last block "
+                   "and computes the logits, not from blocks [{}, {}){}",
+                   stage->layer_begin, stage->layer_end, stage->head ? "" : " without the head");
   }
   if (shard_ && shard_->n_ranks > 1 &&
       (!stage || !stage->all_reduce || (!shard_->o_by_columns && !stage->gather_heads) ||

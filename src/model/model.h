@@ -154,9 +154,10 @@ class Model {
   // of stage_kv_geometry(); the first stage embeds, the others receive the
   // residual stream, the last computes the logits, the others send it on.
   // Every stage is called with the same batch and workspace size, so their
-  // chunks match. hidden / hidden_all come only from a stage of every block
-  // that computes the logits (rank 0 of a tensor split, whose residual
-  // stream is whole after each all-reduce).
+  // chunks match. hidden / hidden_all come only from the stage that ends
+  // with the last block and computes the logits (a layer split's last
+  // stage; rank 0 of a tensor split, whose residual stream is whole after
+  // each all-reduce).
   Status forward(const Batch& batch, kv::KvCache& cache, Workspace& ws, ThreadPool& pool,
                  float* logits, float* hidden = nullptr, float* hidden_all = nullptr,
                  const PipelineStage* stage = nullptr) const;

@@ -81,15 +81,21 @@ void check_stages(const std::string& name, const std::vector<int>& bounds) {
   // Two calls: a 12-token prompt (3 chunks), then one decode token.
   for (const std::vector<int32_t>& ids :
        {std::vector<int32_t>{1, 7, 42, 3, 9, 100, 5, 2, 8, 11, 13, 17}, std::vector<int32_t>{23}}) {
-    std::vector<float> want, got;
-    ASSERT_TRUE(feed(*whole, *wc, wt, wws, pool, ids, &want, nullptr).is_ok());
+    std::vector<float> want, got, want_hidden, got_hidden;
+    ASSERT_TRUE(feed(*whole, *wc, wt, wws, pool, ids, &want, nullptr, &want_hidden).is_ok());
+    // The last stage also gives every position's hidden state (what
+    // --spec mtp drafts from over a layer split).
     for (Rank& k : ranks) {
-      Status st = feed(*k.model, *k.cache, k.table, k.ws, pool, ids, &got, &k.stage);
+      Status st = feed(*k.model, *k.cache, k.table, k.ws, pool, ids, &got, &k.stage,
+                       &k == &ranks.back() ? &got_hidden : nullptr);
       ASSERT_TRUE(st.is_ok()) << st.message();
     }
     EXPECT_TRUE(wire.empty());
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "logit " << i;
+    ASSERT_EQ(got_hidden.size(), want_hidden.size());
+    for (size_t i = 0; i < want_hidden.size(); ++i)
+      ASSERT_EQ(got_hidden[i], want_hidden[i]) << "hidden " << i;
   }
 }
 
@@ -126,6 +132,13 @@ TEST(PipelineStage, RefusesWhatItCannotRun) {
   no_link.layer_end = 2;
   st = feed(*m, *c, t, ws, pool, {1, 2}, &logits, &no_link);
   EXPECT_NE(st.message().find("no hand-off"), std::string::npos) << st.message();
+  // Hidden states only from the stage that ends with the last block.
+  PipelineStage first;
+  first.layer_end = 2;
+  first.send = [](const float*, int64_t) { return Status::ok(); };
+  std::vector<float> hidden;
+  st = feed(*m, *c, t, ws, pool, {1, 2}, &logits, &first, &hidden);
+  EXPECT_NE(st.message().find("hidden states come only from"), std::string::npos) << st.message();
   EXPECT_EQ(ws.stage, nullptr);  // the stage never outlives the call
 }
 
