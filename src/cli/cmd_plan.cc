@@ -123,6 +123,7 @@ Status spec_input(const PlanArgs& a, int threads, plan::PlanInput& in) {
                    "--spec mtp: the model has no MTP/NextN block ({}.nextn_predict_layers is 0)",
                    arch_name(in.arch.arch));
     in.spec.pool_name = "MTP block";
+    in.spec.mtp = true;
     in.spec.pool_geometry = pool_geometry(in.arch, static_cast<int>(in.arch.n_nextn), QType::F16,
                                           QType::F16, in.page_tokens);
     in.spec.pool_extra_tokens_per_sequence = in.page_tokens;

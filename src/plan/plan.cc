@@ -326,8 +326,10 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
         break;
     }
     if (grp != Group::kTransformer) {
-      // Not read by a text decode step; projectors sit with the input, MTP heads with the output.
-      add(grp == Group::kMtp && !row ? last : 0, t.bytes, 0);
+      // Not read by a text decode step; projectors sit with the input, MTP
+      // heads with the output — or on the first device, which runs them
+      // when they draft (--spec mtp).
+      add(grp == Group::kMtp && !row && !in.spec.mtp ? last : 0, t.bytes, 0);
       return Status::ok();
     }
     // A decode step reads every matrix once, but of the embedding table only
@@ -360,6 +362,15 @@ Expected<Layout> place(const PlanInput& in, const kv::KvGeometry& g, Plan& p) {
       add(last, t.bytes, step);  // the output head runs after the last layer
     } else {
       add(0, t.bytes, step);
+    }
+    // --spec mtp: the block's head is the whole output matrix, read on the
+    // first device — beside its share of a tensor split's rows, or as a
+    // copy of the layer split's last device's (its final norm too).
+    if (in.spec.mtp && n_dev > 1 && (output || t.name == "output_norm.weight")) {
+      if (!shards.empty() && output)
+        add(0, t.bytes - shard_bytes(c, shards[0], t), 0);
+      else if (!row && !(embd && c.tied_output))
+        add(0, t.bytes, 0);
     }
     p.step_weight_bytes += step;
     return Status::ok();

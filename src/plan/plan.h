@@ -112,6 +112,10 @@ struct PlanInput {
     bool on = false;
     int draft_max = 0;
     std::string pool_name;  // "draft model FILE", "MTP block"
+    // The MTP block drafts: it runs on the first device (where the
+    // proposer is), so its tensors and the whole output head are read
+    // there, whichever device the split gives them.
+    bool mtp = false;
     kv::KvGeometry pool_geometry;
     int64_t pool_extra_tokens_per_sequence = 0;
     uint64_t draft_weights_bytes = 0;  // the draft model's tensors

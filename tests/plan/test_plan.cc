@@ -371,6 +371,42 @@ TEST(PlanSplit, TensorSplitCutsAsARunDoes) {
             static_cast<uint64_t>(32 * 2 * 4096 * 4 * 2 * 0.5 + 128256 * 4 * 0.5));
 }
 
+// --spec mtp: the block drafts on the first device, which then reads its
+// tensors and the whole output head — beside its own rows of a tensor
+// split's head, or as a copy of the layer split's last device's.
+TEST(PlanSplit, TheMtpBlockRunsOnTheFirstDevice) {
+  for (const plan::Split split : {plan::Split::kLayer, plan::Split::kTensor}) {
+    SCOPED_TRACE(split == plan::Split::kLayer ? "layer" : "tensor");
+    plan::PlanInput in = preset_input("qwen3.5-27b", tools::FileType::kQ4_K_M);
+    in.devices = {{"dev0", 16 * kGiB, 2.0, 0.0}, {"dev1", 12 * kGiB, 1.5, 0.0}};
+    in.split = split;
+    in.n_ctx = 8192;
+    const plan::Plan off = must_plan(in);
+    in.spec.on = true;
+    in.spec.mtp = true;
+    const plan::Plan on = must_plan(in);
+    uint64_t head = 0, norm = 0;
+    for (const auto& t : in.tensors) {
+      if (t.name == "output.weight") head = t.bytes;
+      if (t.name == "output_norm.weight") norm = t.bytes;
+    }
+    ASSERT_GT(head, 0u);  // qwen3.5-27b's head is untied
+    ASSERT_GT(on.mtp_bytes, 0u);
+    if (split == plan::Split::kLayer) {
+      // The block moves from the last device to the first; the head and its
+      // norm are read on both.
+      EXPECT_EQ(on.devices[0].weights, off.devices[0].weights + on.mtp_bytes + head + norm);
+      EXPECT_EQ(on.devices[1].weights, off.devices[1].weights - on.mtp_bytes);
+    } else {
+      // The block was on the first device already; it now also reads the
+      // other device's rows of the head.
+      EXPECT_GT(on.devices[0].weights, off.devices[0].weights);
+      EXPECT_LT(on.devices[0].weights - off.devices[0].weights, head);
+      EXPECT_EQ(on.devices[1].weights, off.devices[1].weights);
+    }
+  }
+}
+
 // What `plan --split tensor` puts on each device is what Model::load holds
 // for that rank: its rows and columns of every matrix, its output rows, the
 // norms; the untied embedding table on the first device.
@@ -412,8 +448,7 @@ TEST(PlanSplit, TensorSplitEqualsWhatEachRankLoads) {
       const ArchConfig& fc = (*m)->file_config();
       for (uint32_t il = 0; il < fc.n_layer; ++il) {
         // An MTP block (qwen35) stays whole as mapped, which the plan puts
-        // on the first device; no rank reads it (speculation does not run
-        // over ranks).
+        // on the first device (rank 0 runs it under --spec mtp).
         if (fc.is_nextn(il) && d > 0) continue;
         const LayerWeights& L = w.layers[il];
         for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ssm_qkv,
