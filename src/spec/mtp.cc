@@ -173,7 +173,9 @@ void MtpProposer::propose_batch(std::span<Job> jobs) {
   std::vector<SeqState*> drafting;
   for (Job& j : jobs) {
     auto it = seqs_.find(j.seq);
-    if (it != seqs_.end() && j.k >= 1 && !j.tokens.empty()) drafting.push_back(&it->second);
+    if (it != seqs_.end() && j.k >= 1 && !j.tokens.empty() &&
+        it->second.x_pos == static_cast<int64_t>(j.tokens.size()) - 1)
+      drafting.push_back(&it->second);
   }
   ensure_logits(drafting);
   // The jobs whose draft goes on past the first token.
