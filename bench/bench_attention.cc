@@ -173,26 +173,33 @@ BENCHMARK(BM_DecodeAttention)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
 
+// Times `n` consecutive queries of one sequence at the end of a context of
+// `ctx` tokens (causal) over `layers` layers (a prefill chunk, a verify
+// block).
+void time_query_block(benchmark::State& state, QType type, int64_t ctx, int n, int layers,
+                      uint32_t seed) {
+  Setup& s = setup(type, 32, ctx);
+  const attention::AttnParams p = bench_params(true);
+  std::vector<attention::QueryInfo> queries;
+  for (int i = 0; i < n; ++i) queries.push_back({&s.table, ctx - n + i + 1});
+  std::vector<float> q(size_t(n) * kHeads * kHeadDim), out(q.size());
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : q) x = nd(rng);
+  Buffer scratch = aligned_buffer(attention::attention_scratch_bytes(p, n, kThreads));
+  time_layers(state, s, ctx, layers, [&](int layer) {
+    attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
+    benchmark::DoNotOptimize(out.data());
+  });
+}
+
 // A prefill chunk at depth: kPrefill consecutive query tokens at the end of
 // a context of `ctx` tokens (causal), over kPrefillLayers layers.
 // args: context, format (index in kTypes)
 constexpr int kPrefill = 512, kPrefillLayers = 2;
 void BM_PrefillAttention(benchmark::State& state) {
-  const int64_t ctx = state.range(0);
   const QType type = kTypes[state.range(1)];
-  Setup& s = setup(type, 32, ctx);
-  const attention::AttnParams p = bench_params(true);
-  std::vector<attention::QueryInfo> queries;
-  for (int64_t i = 0; i < kPrefill; ++i) queries.push_back({&s.table, ctx - kPrefill + i + 1});
-  std::vector<float> q(size_t(kPrefill) * kHeads * kHeadDim), out(q.size());
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (float& x : q) x = nd(rng);
-  Buffer scratch = aligned_buffer(attention::attention_scratch_bytes(p, kPrefill, kThreads));
-  time_layers(state, s, ctx, kPrefillLayers, [&](int layer) {
-    attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
-    benchmark::DoNotOptimize(out.data());
-  });
+  time_query_block(state, type, state.range(0), kPrefill, kPrefillLayers, 3);
   state.SetLabel(std::string(qtype_name(type)) + " prefill " + std::to_string(kPrefill));
 }
 BENCHMARK(BM_PrefillAttention)
@@ -207,22 +214,9 @@ BENCHMARK(BM_PrefillAttention)
 // step against k = 0 is the attention part of the verify-cost curve).
 // args: context, format (index in kTypes), queries (k + 1)
 void BM_VerifyAttention(benchmark::State& state) {
-  const int64_t ctx = state.range(0);
   const QType type = kTypes[state.range(1)];
   const int n = static_cast<int>(state.range(2));
-  Setup& s = setup(type, 32, ctx);
-  const attention::AttnParams p = bench_params(true);
-  std::vector<attention::QueryInfo> queries;
-  for (int i = 0; i < n; ++i) queries.push_back({&s.table, ctx - n + i + 1});
-  std::vector<float> q(size_t(n) * kHeads * kHeadDim), out(q.size());
-  std::mt19937 rng(4);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (float& x : q) x = nd(rng);
-  Buffer scratch = aligned_buffer(attention::attention_scratch_bytes(p, n, kThreads));
-  time_layers(state, s, ctx, kLayers, [&](int layer) {
-    attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
-    benchmark::DoNotOptimize(out.data());
-  });
+  time_query_block(state, type, state.range(0), n, kLayers, 4);
   state.SetLabel(std::string(qtype_name(type)) + " verify " + std::to_string(n) + " queries");
 }
 BENCHMARK(BM_VerifyAttention)

@@ -139,6 +139,20 @@ Stat stat(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
+// Writes random K/V rows at positions [0, depth) of every layer of a table
+// reserved for them (the values do not change what attention costs).
+void fill_random(kv::KvCache& cache, const kv::KvGeometry& g, kv::PageTable& t, int64_t depth,
+                 std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(size_t(g.n_head_kv) * g.head_dim_k), v(size_t(g.n_head_kv) * g.head_dim_v);
+  for (int64_t p = 0; p < depth; ++p)
+    for (int l = 0; l < g.n_layer; ++l) {
+      for (auto& x : k) x = nd(rng);
+      for (auto& x : v) x = nd(rng);
+      cache.store(t, l, p, k.data(), v.data());
+    }
+}
+
 }  // namespace
 }  // namespace sustain
 
@@ -176,7 +190,10 @@ int main(int argc, char** argv) {
     const QType vt = kv_type(colon == std::string::npos ? spec.substr(0, colon) : spec.substr(colon + 1));
     // Hybrid models: a second state slot holds the state at depth, restored
     // after each timed run (a recurrent state cannot be truncated).
-    kv::KvGeometry g = m.kv_geometry(kt, vt, 32, 2);
+    // (With --batch, two more for each batched sequence: its state and the
+    // copy each run is rewound to.)
+    kv::KvGeometry g =
+        m.kv_geometry(kt, vt, 32, 2 + (a.batch.empty() ? 0 : 2 * static_cast<int>(max_batch)));
     g.tiled = tiled;
     // Sliding-window blocks keep every position here (as --swa-full does):
     // each timed run is rewound to `depth`, which needs the window before it
@@ -185,22 +202,19 @@ int main(int argc, char** argv) {
     g.window_layers.clear();
     if (!tiled && a.tiled.size() > 1 && !kv::tileable(kt) && !kv::tileable(vt))
       continue;  // --layout both: a format without a tiled layout runs once
-    auto cache = kv::KvCache::create(
-        g, (max_depth + std::max(a.n_prompt, a.n_gen) + 1) * (a.batch.empty() ? 1 : max_batch + 1));
+    // Room for the sequence at its deepest, and with --batch for max_batch
+    // more (each rounded up to whole pages, plus the page a step may open).
+    const int64_t per_seq = (max_depth + std::max(a.n_prompt, a.n_gen) + 1 + g.page_tokens - 1) /
+                                g.page_tokens * g.page_tokens +
+                            g.page_tokens;
+    auto cache = kv::KvCache::create(g, per_seq * (a.batch.empty() ? 1 : max_batch + 1));
     if (!cache) die(cache.status().message());
     for (int64_t depth : a.depths) {
       kv::PageTable t;
       // Untimed fill to `depth`.
       if (a.random_fill) {
         if (!cache->reserve(t, depth).is_ok()) die("KV reserve failed");
-        std::normal_distribution<float> nd(0.0f, 1.0f);
-        std::vector<float> k(size_t(g.n_head_kv) * g.head_dim_k), v(size_t(g.n_head_kv) * g.head_dim_v);
-        for (int64_t p = 0; p < depth; ++p)
-          for (int l = 0; l < g.n_layer; ++l) {
-            for (auto& x : k) x = nd(rng);
-            for (auto& x : v) x = nd(rng);
-            cache->store(t, l, p, k.data(), v.data());
-          }
+        fill_random(*cache, g, t, depth, rng);
         // The DeltaNet state is fixed-size whatever the depth: random values
         // at the right position cost what real ones do.
         if (cache->has_state()) {
@@ -289,20 +303,20 @@ int main(int argc, char** argv) {
       std::vector<double> batch_ms;
       if (!a.batch.empty()) {
         std::vector<kv::PageTable> seqs(static_cast<size_t>(max_batch));
-        std::normal_distribution<float> nd(0.0f, 1.0f);
-        std::vector<float> k(size_t(g.n_head_kv) * g.head_dim_k),
-            v(size_t(g.n_head_kv) * g.head_dim_v);
         for (auto& st : seqs) {
           if (!cache->reserve(st, depth).is_ok()) die("KV reserve failed (batch)");
-          for (int64_t p = 0; p < depth; ++p)
-            for (int l = 0; l < g.n_layer; ++l) {
-              for (auto& x : k) x = nd(rng);
-              for (auto& x : v) x = nd(rng);
-              cache->store(st, l, p, k.data(), v.data());
-            }
-          if (cache->has_state()) {
+          fill_random(*cache, g, st, depth, rng);
+        }
+        // A hybrid's batched sequences start from this one's state, and each
+        // run of -n steps is rewound to it (a state cannot be truncated).
+        std::vector<int32_t> bsaved;
+        if (cache->has_state()) {
+          for (auto& st : seqs) {
             if (st.state < 0 && !cache->reserve(st, 0).is_ok()) die("state slot");
             cache->states().copy(t.state, st.state);
+            bsaved.push_back(cache->states().alloc());
+            if (bsaved.back() < 0) die("state slot");
+            cache->states().copy(t.state, bsaved.back());
           }
         }
         for (int64_t nb : a.batch) {
@@ -324,10 +338,14 @@ int main(int argc, char** argv) {
               if (!st.is_ok()) die(st.message());
             }
             ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count() / a.n_gen);
-            for (int64_t s = 0; s < nb; ++s) cache->truncate(seqs[size_t(s)], depth);
+            for (int64_t s = 0; s < nb; ++s) {
+              cache->truncate(seqs[size_t(s)], depth);
+              if (!bsaved.empty()) cache->states().copy(bsaved[size_t(s)], seqs[size_t(s)].state);
+            }
           }
           batch_ms.push_back(stat(ms).median);
         }
+        for (int32_t slot : bsaved) cache->states().free(slot);
         for (auto& st : seqs) cache->release(st);
       }
       for (size_t i = 0; i < a.batch.size(); ++i)

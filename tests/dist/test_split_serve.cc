@@ -322,6 +322,30 @@ INSTANTIATE_TEST_SUITE_P(Splits, SplitServeArchitectures, ::testing::Values("lay
 // and re-absorb run on every rank. On random-weight models most drafts are
 // rejected, so the rollback path runs many times; the text must equal one
 // process's without speculation, and drafts must have been counted.
+// Sends `prompts` to `split` at once and each to `one` (no speculation):
+// the texts must be equal, drafts made, and some rejected (the rollback ran
+// on every rank).
+void expect_speculation_keeps_text(const ServeProcess& one, const ServeProcess& split,
+                                   const std::vector<std::string>& prompts) {
+  std::vector<std::string> want, got(prompts.size());
+  std::vector<json> whole(prompts.size());
+  for (const auto& p : prompts) want.push_back(complete(one, body(p, 24)));
+  std::vector<std::thread> th;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    th.emplace_back([&, i] { got[i] = complete(split, body(prompts[i], 24), nullptr, &whole[i]); });
+  for (auto& t : th) t.join();
+  int64_t drafted = 0, accepted = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_FALSE(want[i].empty()) << one.stderr_text();
+    EXPECT_EQ(got[i], want[i]) << prompts[i] << "\n" << split.stderr_text();
+    if (!whole[i]["usage"].contains("speculative")) continue;  // it drafted nothing
+    drafted += whole[i]["usage"]["speculative"]["drafted"].get<int64_t>();
+    accepted += whole[i]["usage"]["speculative"]["accepted"].get<int64_t>();
+  }
+  EXPECT_GT(drafted, 0);
+  EXPECT_LT(accepted, drafted) << "no draft was rejected: the rollback did not run";
+}
+
 class SplitServeSpeculation : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SplitServeSpeculation, KeepsTheText) {
@@ -338,26 +362,8 @@ TEST_P(SplitServeSpeculation, KeepsTheText) {
     ASSERT_TRUE(split != nullptr) << why;
     std::string prompt;
     for (int i = 0; i < 6; ++i) prompt += "the cat sat on the mat and ";
-    std::vector<std::string> prompts = {prompt, prompt + "then", kPrompts[0], kPrompts[1]};
-    std::vector<std::string> want, got(prompts.size());
-    std::vector<json> whole(prompts.size());
-    for (const auto& p : prompts) want.push_back(complete(*one, body(p, 24)));
-    std::vector<std::thread> th;
-    for (size_t i = 0; i < prompts.size(); ++i)
-      th.emplace_back(
-          [&, i] { got[i] = complete(*split, body(prompts[i], 24), nullptr, &whole[i]); });
-    for (auto& t : th) t.join();
-    int64_t drafted = 0, accepted = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      ASSERT_FALSE(want[i].empty()) << one->stderr_text();
-      EXPECT_EQ(got[i], want[i]) << prompts[i] << "\n" << split->stderr_text();
-      if (whole[i]["usage"].contains("speculative")) {
-        drafted += whole[i]["usage"]["speculative"]["drafted"].get<int64_t>();
-        accepted += whole[i]["usage"]["speculative"]["accepted"].get<int64_t>();
-      }
-    }
-    EXPECT_GT(drafted, 0);
-    EXPECT_LT(accepted, drafted) << "no draft was rejected: the rollback did not run";
+    expect_speculation_keeps_text(*one, *split,
+                                  {prompt, prompt + "then", kPrompts[0], kPrompts[1]});
   }
 }
 
@@ -380,24 +386,7 @@ TEST_P(SplitServeMtp, KeepsTheText) {
   auto split = ServeProcess::start(std::string(kArgs) + " --spec mtp --split " + GetParam(), &why,
                                    m, mpirun(2));
   ASSERT_TRUE(split != nullptr) << why;
-  std::vector<std::string> want, got(kPrompts.size());
-  std::vector<json> whole(kPrompts.size());
-  for (const auto& p : kPrompts) want.push_back(complete(*one, body(p, 24)));
-  std::vector<std::thread> th;
-  for (size_t i = 0; i < kPrompts.size(); ++i)
-    th.emplace_back(
-        [&, i] { got[i] = complete(*split, body(kPrompts[i], 24), nullptr, &whole[i]); });
-  for (auto& t : th) t.join();
-  int64_t drafted = 0, accepted = 0;
-  for (size_t i = 0; i < kPrompts.size(); ++i) {
-    ASSERT_FALSE(want[i].empty()) << one->stderr_text();
-    EXPECT_EQ(got[i], want[i]) << kPrompts[i] << "\n" << split->stderr_text();
-    ASSERT_TRUE(whole[i]["usage"].contains("speculative")) << whole[i].dump();
-    drafted += whole[i]["usage"]["speculative"]["drafted"].get<int64_t>();
-    accepted += whole[i]["usage"]["speculative"]["accepted"].get<int64_t>();
-  }
-  EXPECT_GT(drafted, 0);
-  EXPECT_LT(accepted, drafted) << "no draft was rejected: the rollback did not run";
+  expect_speculation_keeps_text(*one, *split, kPrompts);
   // Sampled (temperature 0.8, seeded): the text depends on the drafts the
   // block made (each is accepted or rejected by a draw against it), so it
   // equals one process's with --spec mtp only if the block saw the same
