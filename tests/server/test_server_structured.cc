@@ -308,9 +308,15 @@ void check_forced_tool_calls(ServeProcess& srv, bool parallel, bool mistral = fa
           EXPECT_EQ(ch["delta"]["content"], "") << "a forced call streams no content";
         }
       }
+    // The call is announced (its name, empty arguments), then its arguments
+    // follow in deltas of their own. How many depends on how many tokens
+    // each poll of the stream finds — a loaded machine gives fewer, larger
+    // pieces (CI once saw two) — so the piece-by-piece streaming itself is
+    // tested on ToolCallStream with fixed piece sizes
+    // (test_server_tools_parse.cc), not here.
     for (size_t k = 0; k < expect.size(); ++k)
-      if (expect[k]["function"]["arguments"].get<std::string>().size() > 12) {
-        EXPECT_GT(pieces[k], 2) << "arguments are streamed piece by piece";
+      if (!expect[k]["function"]["arguments"].get<std::string>().empty()) {
+        EXPECT_GE(pieces[k], 2) << "the arguments come after the announcement";
       }
   }
   body["n"] = 3;
