@@ -5,6 +5,7 @@
 // server (the engine's own step time), never a fixed wall-clock figure.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <thread>
 
 #include "serve_process.h"
@@ -109,14 +110,29 @@ TEST(ServerTpot, ALongPromptDoesNotStallStreamsUnderATarget) {
   ASSERT_GT(stalled, 6 * step) << "decode gap " << step * 1e3 << " ms, with a chunk "
                                << stalled * 1e3 << " ms";
 
-  // The requests ask for three decode steps (tightening the server's "off").
-  const double target = 3 * step;
+  // The requests ask for four decode steps (tightening the server's "off").
+  // At three, the smallest chunk a step gives the prompt (kMinPrefillChunk,
+  // so that it always moves on) no longer fits beside four decode rows once
+  // the prompt is 1.5K tokens deep: the test would measure that floor, not
+  // the chunk sizing.
+  const double target = 4 * step;
   const Round on = round(srv->port(), target * 1e3, 11);
   ASSERT_TRUE(on.ok);
   ASSERT_GE(on.during.size(), 4u);
+  ASSERT_GE(on.before.size(), 20u);
   const double kept = median(on.during);
-  EXPECT_LE(kept, 1.5 * target) << "decode gap " << step * 1e3 << " ms, target " << target * 1e3
-                                 << " ms, median gap under it " << kept * 1e3;
+  // The bound is relative to the decode-only gap of this same round too: on
+  // a shared machine a neighbour's load can slow every step between rounds,
+  // and no chunk size keeps a target the decode step alone has outgrown.
+  const double step_now = std::max(step, median(on.before));
+  const double bound = 1.5 * target * step_now / step;
+  std::printf(
+      "decode gap %.1f ms (%.1f ms in the second round), target %.1f ms, median gap "
+      "under it %.1f ms (%.2fx the target), with no target %.1f ms\n",
+      step * 1e3, median(on.before) * 1e3, target * 1e3, kept * 1e3, kept / target, stalled * 1e3);
+  EXPECT_LE(kept, bound) << "decode gap " << step * 1e3 << " ms (" << step_now * 1e3
+                         << " ms in the second round), target " << target * 1e3
+                         << " ms, median gap under it " << kept * 1e3;
   EXPECT_LT(kept, 0.5 * stalled);
 
   httplib::Client c("127.0.0.1", srv->port());
