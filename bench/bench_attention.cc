@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <ctime>
@@ -31,6 +32,18 @@ namespace sustain {
 namespace {
 
 constexpr int kLayers = 30, kHeads = 9, kHeadsKv = 3, kHeadDim = 64, kThreads = 2;
+
+// The attention shapes timed: smollm2-135m's (the default above: 30 layers,
+// 9 query heads over 3 KV heads of 64); the hybrid's full-attention blocks
+// (qwen3.5-4b: 8 of its 32 blocks, 16 query heads over 4 KV heads of 256),
+// where a step reads 1 GiB of f16 KV at 32K; llama-3.2-1b's (16 layers, 32
+// query heads over 8 KV heads of 128).
+struct Shape {
+  int layers, heads, heads_kv, dim;
+  auto operator<=>(const Shape&) const = default;
+};
+constexpr Shape kSmol{kLayers, kHeads, kHeadsKv, kHeadDim};
+constexpr Shape kWide[] = {{8, 16, 4, 256}, {16, 32, 8, 128}};
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
@@ -58,16 +71,16 @@ struct Setup {
   kv::PageTable table;
 };
 
-Setup& setup(QType type, int page_tokens, int64_t ctx, bool tiled = true) {
-  static std::map<std::tuple<QType, int, int64_t, bool>, Setup> cache;
-  Setup& s = cache[{type, page_tokens, ctx, tiled}];
+Setup& setup(QType type, int page_tokens, int64_t ctx, bool tiled = true, Shape sh = kSmol) {
+  static std::map<std::tuple<QType, int, int64_t, bool, Shape>, Setup> cache;
+  Setup& s = cache[{type, page_tokens, ctx, tiled, sh}];
   if (s.cache) return s;
   cache.clear();  // one at a time: a 32K f16 cache is 740 MB
-  Setup& fresh = cache[{type, page_tokens, ctx, tiled}];
+  Setup& fresh = cache[{type, page_tokens, ctx, tiled, sh}];
   kv::KvGeometry g;
-  g.n_layer = kLayers;
-  g.n_head_kv = kHeadsKv;
-  g.head_dim_k = g.head_dim_v = kHeadDim;
+  g.n_layer = sh.layers;
+  g.n_head_kv = sh.heads_kv;
+  g.head_dim_k = g.head_dim_v = sh.dim;
   g.k_type = g.v_type = type;
   g.page_tokens = page_tokens;
   g.tiled = tiled;
@@ -79,12 +92,13 @@ Setup& setup(QType type, int page_tokens, int64_t ctx, bool tiled = true) {
   constexpr int kPool = 997;
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> rows(size_t(kPool + 1) * kHeadsKv * kHeadDim);
+  const size_t row = size_t(sh.heads_kv) * sh.dim;
+  std::vector<float> rows(size_t(kPool + 1) * row);
   for (float& x : rows) x = nd(rng);
-  for (int layer = 0; layer < kLayers; ++layer) {
+  for (int layer = 0; layer < sh.layers; ++layer) {
     for (int64_t pos = 0; pos < ctx; ++pos) {
-      const float* k = rows.data() + size_t((pos * 31 + layer) % kPool) * kHeadsKv * kHeadDim;
-      const float* v = rows.data() + size_t((pos * 17 + layer + 5) % kPool) * kHeadsKv * kHeadDim;
+      const float* k = rows.data() + size_t((pos * 31 + layer) % kPool) * row;
+      const float* v = rows.data() + size_t((pos * 17 + layer + 5) % kPool) * row;
       fresh.cache->store(fresh.table, layer, pos, k, v);
     }
   }
@@ -95,12 +109,12 @@ Setup& setup(QType type, int page_tokens, int64_t ctx, bool tiled = true) {
 constexpr QType kTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0,    QType::Q4_0,
                             QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::FP8_E4M3};
 
-attention::AttnParams bench_params(bool split) {
+attention::AttnParams bench_params(bool split, Shape sh = kSmol) {
   attention::AttnParams p;
-  p.n_head = kHeads;
-  p.n_head_kv = kHeadsKv;
-  p.head_dim_k = p.head_dim_v = kHeadDim;
-  p.scale = 0.125f;
+  p.n_head = sh.heads;
+  p.n_head_kv = sh.heads_kv;
+  p.head_dim_k = p.head_dim_v = sh.dim;
+  p.scale = 1.0f / std::sqrt(float(sh.dim));
   p.split_kv = split ? attention::SplitKv::kAuto : attention::SplitKv::kOff;
   return p;
 }
@@ -117,7 +131,8 @@ void time_layers(benchmark::State& state, const Setup& s, int64_t ctx, int layer
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double cpu = process_cpu_seconds() - cpu0;
-  const double bytes = double(ctx) * s.cache->geometry().bytes_per_token() / kLayers * layers;
+  const double bytes =
+      double(ctx) * s.cache->geometry().bytes_per_token() / s.cache->geometry().n_layer * layers;
   const double n = double(state.iterations());
   state.counters["ms_per_layer"] = 1e3 * seconds / n / layers;
   state.counters["KV_MB"] = bytes / 1e6;
@@ -169,6 +184,34 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_DecodeAttention)
     ->Apply(DecodeArgs)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+// Decode over wider heads (kWide: qwen3.5-4b's full-attention blocks,
+// llama-3.2-1b), 32-token pages, split-KV on, the block formats tiled.
+// args: shape (index in kWide), context, format (index in kTypes)
+void BM_DecodeAttentionWide(benchmark::State& state) {
+  const Shape sh = kWide[state.range(0)];
+  const int64_t ctx = state.range(1);
+  const QType type = kTypes[state.range(2)];
+  Setup& s = setup(type, 32, ctx, true, sh);
+  const attention::AttnParams p = bench_params(true, sh);
+  const std::vector<attention::QueryInfo> queries = {{&s.table, ctx}};
+  std::vector<float> q(size_t(sh.heads) * sh.dim), out(q.size());
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : q) x = nd(rng);
+  Buffer scratch = aligned_buffer(attention::attention_scratch_bytes(p, 1, kThreads));
+  time_layers(state, s, ctx, sh.layers, [&](int layer) {
+    attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
+    benchmark::DoNotOptimize(out.data());
+  });
+  state.SetLabel(std::string(qtype_name(type)) + " " + std::to_string(sh.heads) + "/" +
+                 std::to_string(sh.heads_kv) + " heads of " + std::to_string(sh.dim));
+}
+BENCHMARK(BM_DecodeAttentionWide)
+    ->ArgsProduct({{0, 1}, {4096, 32768}, {1, 3, 4}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

@@ -58,9 +58,12 @@ HWY_INLINE auto Sum4(D d, V a, V b, V c, V e) {
 
 // scores[r][j] = scale · q_r · k_j for j < n. Four keys at a time (4·R
 // independent accumulators), each K vector converted once for all rows.
-template <int R, class KF, class D>
+// kCursor: step `next` (the next unit's lines, LineCursor) two lines per
+// vector of each K row read.
+template <int R, class KF, bool kCursor = false, class D>
 HWY_INLINE void ScoreRows(D d, const float* const* q, const uint8_t* krows, size_t kstride, int n,
-                          int dk, float scale, float* const* scores, const Prefetch& pf) {
+                          int dk, float scale, float* const* scores, const Prefetch& pf,
+                          LineCursor* next = nullptr) {
   const size_t N = hn::Lanes(d);
   int j = 0;
 #if SUSTAIN_ATTN_TILED
@@ -73,6 +76,10 @@ HWY_INLINE void ScoreRows(D d, const float* const* q, const uint8_t* krows, size
       hn::Vec<D> a0[R], a1[R], a2[R], a3[R];
       for (int r = 0; r < R; ++r) a0[r] = a1[r] = a2[r] = a3[r] = hn::Zero(d);
       for (size_t c = 0; c < size_t(dk); c += N) {
+        if constexpr (kCursor) {
+          next->step();
+          next->step();
+        }
         const auto x0 = KF::Load(d, k0, c);
         const auto x1 = KF::Load(d, k0 + kstride, c);
         const auto x2 = KF::Load(d, k0 + 2 * kstride, c);
@@ -103,9 +110,9 @@ HWY_INLINE void ScoreRows(D d, const float* const* q, const uint8_t* krows, size
 }
 
 // o_r[c .. c + CC·N) += sum_j p_r[j] v_j[c ..] for j < n, accumulators in registers.
-template <int R, int CC, class VF, class D>
+template <int R, int CC, class VF, bool kCursor, class D>
 HWY_INLINE void AccumulatePass(D d, const float* const* p, const uint8_t* vrows, size_t vstride,
-                               int n, size_t c, float* const* o) {
+                               int n, size_t c, float* const* o, LineCursor* next) {
   const size_t N = hn::Lanes(d);
 #if HWY_HAVE_SCALABLE
   auto acc = hn::LoadU(d, o[0] + c);
@@ -117,6 +124,10 @@ HWY_INLINE void AccumulatePass(D d, const float* const* p, const uint8_t* vrows,
   for (int r = 0; r < R; ++r)
     for (int k = 0; k < CC; ++k) acc[r][k] = hn::LoadU(d, o[r] + c + k * N);
   for (int j = 0; j < n; ++j) {
+    if constexpr (kCursor) {
+      next->step();
+      next->step();
+    }
     const uint8_t* vr = vrows + j * vstride;
     hn::Vec<D> v[CC];
     for (int k = 0; k < CC; ++k) v[k] = VF::Load(d, vr, c + k * N);
@@ -130,14 +141,16 @@ HWY_INLINE void AccumulatePass(D d, const float* const* p, const uint8_t* vrows,
 #endif
 }
 
-template <int R, class VF, class D>
+// kCursor: as ScoreRows', two lines per V row a pass reads.
+template <int R, class VF, bool kCursor = false, class D>
 HWY_INLINE void AccumulateRows(D d, const float* const* p, const uint8_t* vrows, size_t vstride,
-                               int n, int dv, float* const* o) {
+                               int n, int dv, float* const* o, LineCursor* next = nullptr) {
   const size_t N = hn::Lanes(d);
   size_t c = 0;
   for (; c + kVChunks * N <= size_t(dv); c += kVChunks * N)
-    AccumulatePass<R, kVChunks, VF>(d, p, vrows, vstride, n, c, o);
-  for (; c < size_t(dv); c += N) AccumulatePass<R, 1, VF>(d, p, vrows, vstride, n, c, o);
+    AccumulatePass<R, kVChunks, VF, kCursor>(d, p, vrows, vstride, n, c, o, next);
+  for (; c < size_t(dv); c += N)
+    AccumulatePass<R, 1, VF, kCursor>(d, p, vrows, vstride, n, c, o, next);
 }
 
 // o_r += sum_j p_r[j] v_j for j < n with Q8_0 V read in place: the int8

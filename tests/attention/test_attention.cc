@@ -110,7 +110,7 @@ TEST_P(DecodeSweep, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, DecodeSweep,
                          ::testing::Combine(::testing::Values(1, 2, 31, 32, 33, 100, 1000, 4097),
                                             ::testing::Values(1, 2, 4, 8),
-                                            ::testing::Values(8, 16, 32, 64, 128),
+                                            ::testing::Values(8, 16, 32, 64, 128, 256),
                                             ::testing::Values(16, 32)),
                          [](const auto& info) {
                            return "ctx" + std::to_string(std::get<0>(info.param)) + "_g" +
