@@ -9,6 +9,7 @@
 //   bench_attention --benchmark_filter='Decode.*/16384/32/1/'  (one depth, every format)
 //   bench_attention --benchmark_filter='Decode.*/32768/32/1/4/'  (Q4_0 tiled and rows)
 //   bench_attention --benchmark_filter=Verify  (k + 1 queries of one sequence at 32K)
+//   bench_attention --benchmark_filter=Wide  (qwen3.5-4b's and qwen3-4b's head shapes)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -36,8 +37,8 @@ constexpr int kLayers = 30, kHeads = 9, kHeadsKv = 3, kHeadDim = 64, kThreads = 
 // The attention shapes timed: smollm2-135m's (the default above: 30 layers,
 // 9 query heads over 3 KV heads of 64); the hybrid's full-attention blocks
 // (qwen3.5-4b: 8 of its 32 blocks, 16 query heads over 4 KV heads of 256),
-// where a step reads 1 GiB of f16 KV at 32K; llama-3.2-1b's (16 layers, 32
-// query heads over 8 KV heads of 128).
+// where a step reads 1 GiB of f16 KV at 32K; qwen3-4b's heads (32 query
+// heads over 8 KV heads of 128, as llama-3.1-8b's), 16 of its 36 layers.
 struct Shape {
   int layers, heads, heads_kv, dim;
   auto operator<=>(const Shape&) const = default;
@@ -189,7 +190,7 @@ BENCHMARK(BM_DecodeAttention)
     ->MeasureProcessCPUTime();
 
 // Decode over wider heads (kWide: qwen3.5-4b's full-attention blocks,
-// llama-3.2-1b), 32-token pages, split-KV on, the block formats tiled.
+// qwen3-4b), 32-token pages, split-KV on, the block formats tiled.
 // args: shape (index in kWide), context, format (index in kTypes)
 void BM_DecodeAttentionWide(benchmark::State& state) {
   const Shape sh = kWide[state.range(0)];
@@ -220,12 +221,12 @@ BENCHMARK(BM_DecodeAttentionWide)
 // `ctx` tokens (causal) over `layers` layers (a prefill chunk, a verify
 // block).
 void time_query_block(benchmark::State& state, QType type, int64_t ctx, int n, int layers,
-                      uint32_t seed) {
-  Setup& s = setup(type, 32, ctx);
-  const attention::AttnParams p = bench_params(true);
+                      uint32_t seed, Shape sh = kSmol) {
+  Setup& s = setup(type, 32, ctx, true, sh);
+  const attention::AttnParams p = bench_params(true, sh);
   std::vector<attention::QueryInfo> queries;
   for (int i = 0; i < n; ++i) queries.push_back({&s.table, ctx - n + i + 1});
-  std::vector<float> q(size_t(n) * kHeads * kHeadDim), out(q.size());
+  std::vector<float> q(size_t(n) * sh.heads * sh.dim), out(q.size());
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (float& x : q) x = nd(rng);
@@ -264,6 +265,24 @@ void BM_VerifyAttention(benchmark::State& state) {
 }
 BENCHMARK(BM_VerifyAttention)
     ->ArgsProduct({{32768}, {1, 3}, {1, 2, 3, 5, 9, 17}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+// The same over the wider shapes (kWide: qwen3.5-4b's full-attention
+// blocks, qwen3-4b's heads), all their layers.
+// args: shape (index in kWide), format (index in kTypes), queries (k + 1)
+void BM_VerifyAttentionWide(benchmark::State& state) {
+  const Shape sh = kWide[state.range(0)];
+  const QType type = kTypes[state.range(1)];
+  const int n = static_cast<int>(state.range(2));
+  time_query_block(state, type, 32768, n, sh.layers, 4, sh);
+  state.SetLabel(std::string(qtype_name(type)) + " verify " + std::to_string(n) + " queries, " +
+                 std::to_string(sh.heads) + "/" + std::to_string(sh.heads_kv) + " heads of " +
+                 std::to_string(sh.dim));
+}
+BENCHMARK(BM_VerifyAttentionWide)
+    ->ArgsProduct({{0, 1}, {1, 3}, {1, 2, 3, 5}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
