@@ -52,15 +52,14 @@ inline constexpr bool kIntQuery =
     std::is_same_v<KF, Q4_0Rows> || std::is_same_v<KF, Q4_1Rows> || std::is_same_v<KF, Q5_0Rows> ||
     std::is_same_v<KF, Q5_1Rows>;
 
-// F16 K and V read in place, heads of kRowCursorMinDim or more: each (tile,
-// KV head) unit asks for the next unit's rows from inside its loops
-// (LineCursor), as the tiled kernels do. Measured with bench_attention's
-// BM_DecodeAttentionWide at 32K (docs/kernels.md): 16.5 -> 25 GB/s over
-// 256-wide heads, 21 -> 28 over 128-wide; over 64-wide heads the hardware
-// prefetcher alone reaches 38 GB/s and the cursor cost 13 %.
+// F16 K and V read in place: each (tile, KV head) unit asks for the next
+// unit's rows from inside its loops (LineCursor), as the tiled kernels do.
+// Measured with bench_attention's BM_DecodeAttentionWide at 32K
+// (docs/long_context.md): 16.5 -> 41 GB/s over 256-wide heads, 21 -> 38
+// over 128-wide; over 64-wide heads, where the hardware prefetcher alone
+// reaches 36-38 GB/s, no change.
 template <class KF, class VF>
 inline constexpr bool kRowCursor = std::is_same_v<KF, F16Rows>&& std::is_same_v<VF, F16Rows>;
-inline constexpr int kRowCursorMinDim = 128;
 
 // One tile of up to NK keys for a group of R rows: scores, softmax update,
 // o += p · V. q[k]: row k's query; idx[k]: its state row; nv[k]: keys of the
@@ -108,7 +107,7 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
   } else
 #endif
   {
-    if (kRowCursor<KF, VF> && it.dk >= kRowCursorMinDim)
+    if constexpr (kRowCursor<KF, VF>)
       ScoreRows<R, KF, true>(d, q, krows, kstride, n_max, it.dk, it.scale, s, pf, &next);
     else
       ScoreRows<R, KF>(d, q, krows, kstride, n_max, it.dk, it.scale, s, pf);
@@ -142,7 +141,7 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
     AccumulateRowsQ8<R>(d, s, vrows, vstride, n_max, it.dv, o, vwork);
   else
 #endif
-      if (kRowCursor<KF, VF> && it.dk >= kRowCursorMinDim)
+      if constexpr (kRowCursor<KF, VF>)
     AccumulateRows<R, VF, true>(d, s, vrows, vstride, n_max, it.dv, o, &next);
   else
     AccumulateRows<R, VF>(d, s, vrows, vstride, n_max, it.dv, o);
@@ -280,20 +279,18 @@ void RunItemT(D d, const Item& it) {
         }
       }
       if constexpr (kRowCursor<KF, VF>) {
-        if (dk >= kRowCursorMinDim) {
-          int64_t nkey = key;
-          int nhk = hk + 1;
-          if (nhk == it.head_end) {
-            nkey = key + n;
-            nhk = it.head_begin;
-          }
-          if (nkey < it.k_end) {
-            const int32_t npage = it.pages[nkey / pt];
-            const int nslot = static_cast<int>(nkey % pt);
-            const int nn = static_cast<int>(std::min<int64_t>({NK, pt - nslot, it.k_end - nkey}));
-            next.add(cache.k_block(npage, it.layer, nhk) + nslot * krb, size_t(nn) * krb);
-            next.add(cache.v_block(npage, it.layer, nhk) + nslot * vrb, size_t(nn) * vrb);
-          }
+        int64_t nkey = key;
+        int nhk = hk + 1;
+        if (nhk == it.head_end) {
+          nkey = key + n;
+          nhk = it.head_begin;
+        }
+        if (nkey < it.k_end) {
+          const int32_t npage = it.pages[nkey / pt];
+          const int nslot = static_cast<int>(nkey % pt);
+          const int nn = static_cast<int>(std::min<int64_t>({NK, pt - nslot, it.k_end - nkey}));
+          next.add(cache.k_block(npage, it.layer, nhk) + nslot * krb, size_t(nn) * krb);
+          next.add(cache.v_block(npage, it.layer, nhk) + nslot * vrb, size_t(nn) * vrb);
         }
       }
       Prefetch pf;
