@@ -247,13 +247,13 @@ void RunItemT(D d, const Item& it) {
       // first head.
       const bool covered = kGroupTiles && (key != it.k_begin || hk != it.head_begin);
       LineCursor next;
+      [[maybe_unused]] int64_t nkey = key;
+      [[maybe_unused]] int nhk = hk + 1;
+      if (nhk == it.head_end) {
+        nkey = key + n;
+        nhk = it.head_begin;
+      }
       if constexpr (kGroupTiles) {
-        int64_t nkey = key;
-        int nhk = hk + 1;
-        if (nhk == it.head_end) {
-          nkey = key + n;
-          nhk = it.head_begin;
-        }
         if (nkey < it.k_end) {
           const int nn = static_cast<int>(std::min<int64_t>(NK, it.k_end - nkey));
           const int ng = (nn + kv::kTileKeys - 1) / kv::kTileKeys;
@@ -279,12 +279,6 @@ void RunItemT(D d, const Item& it) {
         }
       }
       if constexpr (kRowCursor<KF, VF>) {
-        int64_t nkey = key;
-        int nhk = hk + 1;
-        if (nhk == it.head_end) {
-          nkey = key + n;
-          nhk = it.head_begin;
-        }
         if (nkey < it.k_end) {
           const int32_t npage = it.pages[nkey / pt];
           const int nslot = static_cast<int>(nkey % pt);
