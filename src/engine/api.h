@@ -235,9 +235,14 @@ struct EngineStats {
   // drafting because a draft would not pay, and the one-token probes it let
   // through meanwhile.
   uint64_t spec_gate_skipped = 0, spec_gate_probes = 0;
-  // The draft model's own KV (spec draft): pages held now, bytes allocated.
+  // The draft model's own KV (spec draft, mtp): pages held now, bytes
+  // allocated. mtp: pages only its prefix cache holds, and the entries
+  // sequences took from that cache (positions after a prefix the target's
+  // cache served, which the block would otherwise compute blind).
   int32_t draft_kv_pages_used = 0;
   int64_t draft_kv_bytes = 0;
+  int32_t draft_kv_pages_cached = 0;
+  uint64_t draft_prefix_tokens_reused = 0;
   uint64_t generated_tokens = 0;      // tokens emitted to clients
   uint64_t preemptions = 0;
   uint64_t steps = 0;

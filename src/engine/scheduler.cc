@@ -124,6 +124,7 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
       o.ubatch_tokens = std::min(c.batch_tokens, c.ubatch_tokens);
       o.p_min = c.spec.draft_p_min;
       o.depth = c.spec.mtp_depth;
+      o.prefix_cache = c.prefix_cache;
       // Over a tensor split, the whole model beside rank 0's cut (api.h).
       const Model& whole = e.mtp_model_ ? *e.mtp_model_ : *e.model_;
       SUSTAIN_ASSIGN_OR_RETURN(auto m, spec::MtpProposer::create(whole, o, *s->pool));
@@ -232,6 +233,8 @@ void Scheduler::publish_stats() {
   if (mtp) {
     st.draft_kv_pages_used = mtp->pages_in_use();
     st.draft_kv_bytes = mtp->kv_bytes();
+    st.draft_kv_pages_cached = mtp->pages_cached();
+    st.draft_prefix_tokens_reused = mtp->prefix_tokens_reused();
   }
   if (const EngineRanks* r = cfg().ranks; r != nullptr) {
     const dist::Traffic& t = r->comm->traffic();

@@ -196,6 +196,12 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
   metric(out, "sustain_spec_draft_kv_pages_used", "gauge",
          "speculative decoding: pages the draft model's own KV holds",
          s->draft_kv_pages_used);
+  metric(out, "sustain_spec_draft_kv_pages_cached", "gauge",
+         "speculative decoding: MTP block pages held only by its prefix cache (evictable)",
+         s->draft_kv_pages_cached);
+  metric(out, "sustain_spec_draft_prefix_tokens_reused_total", "counter",
+         "speculative decoding: MTP block entries taken from its prefix cache",
+         static_cast<double>(s->draft_prefix_tokens_reused));
   metric(out, "sustain_preemptions_total", "counter",
          "times a running sequence was preempted for KV pages and recomputed later",
          static_cast<double>(s->preemptions));

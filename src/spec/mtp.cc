@@ -22,15 +22,78 @@ Expected<std::unique_ptr<MtpProposer>> MtpProposer::create(const Model& target, 
   auto cache = kv::KvCache::create(g, o.pool_tokens);
   if (!cache) return error(cache.status().code(), "mtp KV: {}", cache.status().message());
   p->cache_.emplace(std::move(*cache));
+  if (o.prefix_cache) p->prefix_ = std::make_unique<kv::PrefixCache>(*p->cache_);
   p->ws_ = target.make_workspace(o.ubatch_tokens, pool.size());
   return p;
+}
+
+uint64_t MtpProposer::page_key(uint64_t parent, std::span<const int32_t> page) {
+  uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
+  for (int32_t t : page) {
+    h ^= static_cast<uint32_t>(t);
+    h *= 0x100000001b3ull;
+  }
+  return h == 0 ? 1 : h;
 }
 
 void MtpProposer::forget(uint64_t seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
-  cache_->release(it->second.table);
+  SeqState& s = it->second;
+  // Entries computed from real hidden states are what a later prompt with
+  // the same prefix would compute: keep their whole pages.
+  if (prefix_) prefix_->insert(s.table, s.tokens, s.inexact < 0 ? s.done : s.inexact);
+  cache_->release(s.table);
   seqs_.erase(it);
+}
+
+void MtpProposer::keep_boundary(SeqState& s, std::span<const int32_t> tokens, int64_t p,
+                                const float* h) {
+  const int pt = opt_.page_tokens;
+  if (!prefix_ || p <= 0 || p % pt != 0 || p > static_cast<int64_t>(tokens.size())) return;
+  if (s.chain_end > p) s.chain = 0, s.chain_end = 0;
+  for (; s.chain_end < p; s.chain_end += pt)
+    s.chain = page_key(s.chain, tokens.subspan(static_cast<size_t>(s.chain_end), pt));
+  auto [it, added] = bounds_.try_emplace(s.chain);
+  if (!added) return;
+  it->second.assign(h, h + model_.config().n_embd);
+  bound_order_.push_back(s.chain);
+  while (bound_order_.size() > static_cast<size_t>(cache_->n_pages())) {
+    bounds_.erase(bound_order_.front());
+    bound_order_.pop_front();
+  }
+}
+
+void MtpProposer::attach_cached(SeqState& s, std::span<const int32_t> tokens, int64_t limit) {
+  if (!prefix_) return;
+  const int pt = opt_.page_tokens;
+  while (limit >= pt) {
+    const int64_t m = prefix_->attach(s.table, tokens, limit);
+    if (m <= 0) return;
+    uint64_t key = 0;
+    for (int64_t p = 0; p < m; p += pt)
+      key = page_key(key, tokens.subspan(static_cast<size_t>(p), pt));
+    if (auto b = bounds_.find(key); b != bounds_.end()) {
+      s.done = m;
+      s.h_next = b->second;
+      s.has_h_next = true;
+      s.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(m));
+      s.chain = key;
+      s.chain_end = m;
+      reused_tokens_ += static_cast<uint64_t>(m);
+      return;
+    }
+    // The pages without the state entry m reads: a shorter prefix.
+    cache_->release(s.table);
+    limit = m - 1;
+  }
+}
+
+bool MtpProposer::reserve(SeqState& s, int64_t n) {
+  if (cache_->reserve(s.table, n).is_ok()) return true;
+  if (!prefix_) return false;
+  prefix_->evict(static_cast<int32_t>(cache_->pages_needed(s.table, n)));
+  return cache_->reserve(s.table, n).is_ok();
 }
 
 const float* MtpProposer::next_logits(uint64_t seq, int64_t* pos) {
@@ -103,13 +166,18 @@ void MtpProposer::observe(std::span<const Observed> steps) {
   flush();
   for (const Observed& o : steps) {
     if (o.tokens.empty() || o.n < 0 || failed) continue;
-    SeqState& s = seqs_[o.seq];
+    auto [sit, is_new] = seqs_.try_emplace(o.seq);
+    SeqState& s = sit->second;
     const int64_t last = static_cast<int64_t>(o.tokens.size()) - 1;  // not computed by the target
+    // The target's prefix cache served [0, o.pos): the block's may too.
+    if (is_new && o.pos > 0) attach_cached(s, o.tokens, o.pos);
     // Recomputed from an earlier position: later entries rest on other states.
     if (o.pos + 1 < s.done) {
       cache_->truncate(s.table, o.pos + 1);
       s.done = o.pos + 1;
       s.has_h_next = false;
+      s.tokens.resize(static_cast<size_t>(s.done));
+      if (s.inexact >= s.done) s.inexact = -1;
     }
     s.logits_pos = -1;
     s.x_pos = -1;
@@ -122,7 +190,7 @@ void MtpProposer::observe(std::span<const Observed> steps) {
       return nullptr;
     };
     if (end >= s.done) {
-      if (!cache_->reserve(s.table, end + 1 - s.done).is_ok()) {
+      if (!reserve(s, end + 1 - s.done)) {
         forget(o.seq);  // out of pages: no drafts for it
         continue;
       }
@@ -141,8 +209,10 @@ void MtpProposer::observe(std::span<const Observed> steps) {
         // served from the cache) gets zeros, as position 0 does.
         if (h != nullptr) {
           h_prev_.insert(h_prev_.end(), h, h + d);
+          if (s.inexact < 0) keep_boundary(s, o.tokens, i, h);
         } else {
           h_prev_.resize(h_prev_.size() + static_cast<size_t>(d), 0.0f);
+          if (i > 0 && s.inexact < 0) s.inexact = i;
         }
         BatchToken t{o.tokens[static_cast<size_t>(i)], si, i, i == last};
         // An image position enters the block as its image row, as it
@@ -152,6 +222,9 @@ void MtpProposer::observe(std::span<const Observed> steps) {
         if (i == last) last_seqs.emplace_back(&s, i);
       }
       s.done = end + 1;
+      s.tokens.insert(s.tokens.end(),
+                      o.tokens.begin() + static_cast<std::ptrdiff_t>(s.tokens.size()),
+                      o.tokens.begin() + static_cast<std::ptrdiff_t>(s.done));
     }
     // Keep the hidden state the next entry needs (position done − 1).
     if (const float* h = hidden_at(s.done - 1)) {
@@ -163,7 +236,10 @@ void MtpProposer::observe(std::span<const Observed> steps) {
   }
   flush();
   if (failed)
-    for (uint64_t id : touched) forget(id);
+    for (uint64_t id : touched) {
+      seqs_[id].inexact = 0;  // entries never written: none of them is kept
+      forget(id);
+    }
 }
 
 void MtpProposer::propose_batch(std::span<Job> jobs) {
@@ -210,7 +286,7 @@ void MtpProposer::propose_batch(std::span<Job> jobs) {
       Job& j = *chain[c].first;
       SeqState& s = *chain[c].second;
       if (static_cast<int64_t>(ran.size()) >= ws_.max_tokens) break;  // the rest stop here
-      if (!cache_->reserve(s.table, 1).is_ok()) continue;  // out of pages: its draft ends
+      if (!reserve(s, 1)) continue;  // out of pages: its draft ends
       const int64_t pos = s.done + t - 1;
       batch_.seqs.push_back(&s.table);
       batch_.tokens.push_back(

@@ -27,14 +27,22 @@
 // speculative: they leave the block's KV after the step, and the real ones
 // enter when the target has verified the tokens.
 //
-// What it does not do (docs/speculative.md): see the hidden states of
-// prompt positions the prefix cache served (the target computed nothing
-// there): those entries get zeros, so drafts after a cached prefix are
-// worse, never wrong. Its KV lives in a pool of its own that mirrors the
-// target's, in f16.
+// A prompt served from the target's prefix cache (MtpOptions::prefix_cache):
+// the target computed no hidden states there, so the block keeps a prefix
+// cache of its own over its pages (kv::PrefixCache, the same page-aligned
+// keys), filled when a sequence ends with the entries it computed from real
+// hidden states, and beside it, for each page boundary p, the hidden state
+// at p − 1 that entry p reads. A sequence first seen past position 0 takes
+// the longest cached prefix whose boundary state is kept and goes on from
+// there exactly as a cold run would. Positions neither cache covers get
+// zeros, as before: drafts there are worse, never wrong, and such entries
+// never enter the cache.
+//
+// Its KV lives in a pool of its own that mirrors the target's, in f16.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -42,6 +50,7 @@
 
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
 #include "model/model.h"
 #include "spec/proposer.h"
 
@@ -53,6 +62,9 @@ struct MtpOptions {
   int64_t ubatch_tokens = 512;
   float p_min = 0.0f;  // no draft below this top probability (temperature 1)
   int depth = 1;       // tokens drafted a step at most (chained passes)
+  // Keep finished sequences' entries for prompts that share their prefix
+  // (the engine's --no-prefix-cache turns it off with the target's).
+  bool prefix_cache = true;
 };
 
 class MtpProposer final : public Proposer {
@@ -67,8 +79,18 @@ class MtpProposer final : public Proposer {
   void propose_batch(std::span<Job> jobs) override;
   void forget(uint64_t seq) override;
 
-  int64_t kv_bytes() const { return static_cast<int64_t>(cache_->bytes_allocated()); }
-  int32_t pages_in_use() const { return cache_->n_pages() - cache_->n_free_pages(); }
+  // The pool and the boundary states kept beside the cached pages.
+  int64_t kv_bytes() const {
+    return static_cast<int64_t>(cache_->bytes_allocated() + bounds_.size() * row_bytes());
+  }
+  // Pages sequences hold (not those only the block's prefix cache keeps).
+  int32_t pages_in_use() const {
+    return cache_->n_pages() - cache_->n_free_pages() - pages_cached();
+  }
+  int32_t pages_cached() const { return prefix_ ? prefix_->evictable() : 0; }
+  // Entries sequences took from the block's prefix cache instead of
+  // computing them with zeros for the target's missing hidden states.
+  uint64_t prefix_tokens_reused() const { return reused_tokens_; }
   // The block's logits at the sequence's last token (what its next draft is
   // drawn from; the head runs here if it has not yet) and that token's
   // position, or nullptr / -1.
@@ -86,7 +108,22 @@ class MtpProposer final : public Proposer {
     std::vector<float> logits;
     std::vector<float> h_out;  // the block's normed output there (what a chained pass reads)
     std::optional<sampling::Sampler> sampler;
+    std::vector<int32_t> tokens;  // of the entries [0, done)
+    int64_t inexact = -1;         // the first entry computed without its hidden state (-1: none)
+    uint64_t chain = 0;           // page_key of tokens [0, chain_end)
+    int64_t chain_end = 0;
   };
+  // The key of the prefix that ends a page after `parent`'s (0: none).
+  static uint64_t page_key(uint64_t parent, std::span<const int32_t> page);
+  size_t row_bytes() const { return sizeof(float) * static_cast<size_t>(model_.config().n_embd); }
+  // A new sequence first seen past position 0: its entries before `limit`
+  // from the block's prefix cache, where both the pages and the boundary
+  // state are kept.
+  void attach_cached(SeqState& s, std::span<const int32_t> tokens, int64_t limit);
+  // Keeps h (the hidden state at p − 1) for the page boundary p of s.
+  void keep_boundary(SeqState& s, std::span<const int32_t> tokens, int64_t p, const float* h);
+  // Room for n more entries of s, evicting cached pages if need be.
+  bool reserve(SeqState& s, int64_t n);
   MtpProposer(const Model& m, const MtpOptions& o, ThreadPool& pool)
       : model_(m), opt_(o), pool_(pool) {}
   // Runs batch_ / h_prev_ through the block; the output rows of the tokens
@@ -100,6 +137,11 @@ class MtpProposer final : public Proposer {
   MtpOptions opt_;
   ThreadPool& pool_;
   std::optional<kv::KvCache> cache_;
+  std::unique_ptr<kv::PrefixCache> prefix_;  // over *cache_; destroyed first
+  // Boundary states by page_key, the oldest dropped first past one a page.
+  std::unordered_map<uint64_t, std::vector<float>> bounds_;
+  std::deque<uint64_t> bound_order_;
+  uint64_t reused_tokens_ = 0;
   Workspace ws_;
   Batch batch_;
   std::vector<float> h_prev_, logits_, x_rows_, normed_;

@@ -61,11 +61,13 @@ std::vector<float> main_hidden(Main& m, const std::vector<int32_t>& tokens) {
 // Feeds the proposer as the engine would: after each "step", the tokens
 // known so far and the hidden states of the positions the target computed.
 // Returns the block's logits at each position `cuts` ends on.
+// `from`: the first position the target computed (a prefix served from its
+// cache before it).
 std::vector<std::vector<float>> feed(spec::MtpProposer& p, const std::vector<int32_t>& tokens,
                                      const std::vector<float>& h, int64_t d, int64_t n_vocab,
-                                     const std::vector<int64_t>& cuts) {
+                                     const std::vector<int64_t>& cuts, int64_t from = 0) {
   std::vector<std::vector<float>> rows(tokens.size());
-  int64_t computed = 0;  // positions whose hidden state was handed over
+  int64_t computed = from;  // positions whose hidden state was handed over
   for (int64_t last : cuts) {
     // Tokens 0..last are known; the target computed 0..last-1.
     spec::Observed o{7, std::span<const int32_t>(tokens.data(), size_t(last + 1)), computed,
@@ -126,6 +128,127 @@ TEST_P(MtpProposerVsLlamaCpp, StepByStepFeedingGivesTheReferenceDraftLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Ref, MtpProposerVsLlamaCpp, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return case_name(info.param); });
+
+// A prompt whose first pages the target's prefix cache served: the block
+// takes its entries there from its own prefix cache (filled by an earlier
+// sequence with that prefix) and drafts from the same logits as a cold run;
+// without that cache those entries are computed blind (zeros for the
+// target's hidden states) and the logits differ — what the cache is for.
+TEST(MtpProposer, APrefixFromThePrefixCacheGivesTheColdRunsLogits) {
+  SUSTAIN_REQUIRE_REF();
+  Main m = open_main(ref_path("models/tiny-qwen35-f32.gguf"));
+  ASSERT_TRUE(m.model && m.cache);
+  const int64_t d = m.model->config().n_embd, V = m.model->config().n_vocab;
+  constexpr int64_t kShared = 64;  // two pages of 32
+  std::vector<int32_t> a(100), b;
+  uint64_t x = 12345;
+  for (int32_t& t : a) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    t = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(std::min<int64_t>(V, 200)));
+  }
+  b.assign(a.begin(), a.begin() + kShared);
+  for (int i = 0; i < 30; ++i) b.push_back((a[size_t(kShared + i)] + 7) % static_cast<int32_t>(V));
+  const std::vector<float> ha = main_hidden(m, a), hb = main_hidden(m, b);
+  const int64_t nb = static_cast<int64_t>(b.size());
+  auto make = [&](bool prefix) {
+    spec::MtpOptions o;
+    o.pool_tokens = 1024;
+    o.ubatch_tokens = 16;
+    o.prefix_cache = prefix;
+    auto p = spec::MtpProposer::create(*m.model, o, *m.pool);
+    EXPECT_TRUE(p.has_value()) << p.status().message();
+    return p ? std::move(*p) : nullptr;
+  };
+  // Decode-like steps from the first position after the shared prefix.
+  std::vector<int64_t> tail;
+  for (int64_t i = kShared + 1; i < nb; ++i) tail.push_back(i);
+  std::vector<int64_t> cold_cuts = {kShared};
+  cold_cuts.insert(cold_cuts.end(), tail.begin(), tail.end());
+
+  auto cold = make(false);
+  ASSERT_TRUE(cold);
+  const auto want = feed(*cold, b, hb, d, V, cold_cuts);
+
+  auto warm = make(true);
+  ASSERT_TRUE(warm);
+  // The earlier sequence: all of a, in prefill-sized chunks then a step.
+  feed(*warm, a, ha, d, V, {40, 90, 99});
+  EXPECT_GT(warm->pages_cached(), 0) << "its whole pages stay for later prompts";
+  // b as after a prefix-cache hit: the target computed from kShared on.
+  const auto got = feed(*warm, b, hb, d, V, tail, kShared);
+  EXPECT_EQ(warm->prefix_tokens_reused(), static_cast<uint64_t>(kShared));
+  for (int64_t pos : tail)
+    for (int64_t k = 0; k < V; ++k)
+      ASSERT_NEAR(got[size_t(pos)][size_t(k)], want[size_t(pos)][size_t(k)], 1e-4f)
+          << "position " << pos << ", token " << k;
+
+  auto blind = make(false);
+  ASSERT_TRUE(blind);
+  feed(*blind, a, ha, d, V, {40, 90, 99});
+  const auto off = feed(*blind, b, hb, d, V, tail, kShared);
+  EXPECT_EQ(blind->prefix_tokens_reused(), 0u);
+  float worst = 0;
+  for (int64_t pos : tail)
+    for (int64_t k = 0; k < V; ++k)
+      worst = std::max(worst, std::abs(off[size_t(pos)][size_t(k)] - want[size_t(pos)][size_t(k)]));
+  EXPECT_GT(worst, 1e-3f) << "the cached prefix's hidden states must matter to the test";
+  std::printf(
+      "[ measured ] mtp logits after a cached prefix without the block's cache: max |diff| %.4f\n",
+      static_cast<double>(worst));
+}
+
+// Through the engine: a second request sharing a cached prefix takes the
+// block's entries there from the block's cache (the engine's stats say how
+// many), greedy output is that of a run without speculation, and the
+// sequences' pages go back (only the cache keeps some).
+TEST(MtpProposer, EngineReusesTheBlocksEntriesAfterACachedPrefix) {
+  SUSTAIN_REQUIRE_REF();
+  std::vector<int32_t> a(120);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>((i * 37 + 11) % 150);
+  std::vector<int32_t> b(a.begin(), a.begin() + 100);
+  for (int i = 0; i < 12; ++i) b.push_back(static_cast<int32_t>(160 + i));
+  std::vector<std::vector<int32_t>> outs;
+  engine::EngineStats spec_st;
+  for (const bool spec : {false, true}) {
+    engine::EngineConfig c;
+    c.model_path = ref_path("models/tiny-qwen35-f32.gguf");
+    c.n_threads = 2;
+    c.n_ctx = 512;
+    c.n_parallel = 1;
+    if (spec) c.spec.types = {"mtp"};
+    c.spec.gate = false;
+    auto e = engine::Engine::create(c);
+    ASSERT_TRUE(e.has_value()) << e.status().message();
+    for (const auto* prompt : {&a, &b}) {  // one after the other: the first is cached
+      engine::Request q;
+      q.prompt = *prompt;
+      q.max_tokens = 24;
+      q.ignore_eos = true;
+      q.sampling.temperature = 0;
+      auto s = (*e)->submit(q);
+      ASSERT_TRUE(s.has_value()) << s.status().message();
+      engine::Event ev = s->wait();
+      ASSERT_EQ(ev.finish, engine::Finish::kLength) << ev.error.message();
+      std::vector<int32_t> ids;
+      for (const auto& t : ev.tokens) ids.push_back(t.id);
+      outs.push_back(ids);
+    }
+    if (spec) spec_st = (*e)->stats();
+  }
+  ASSERT_EQ(outs.size(), 4u);
+  EXPECT_EQ(outs[0], outs[2]);
+  EXPECT_EQ(outs[1], outs[3]);
+  EXPECT_EQ(spec_st.prefix_cache_hits, 1u) << "the second prompt's prefix came from the cache";
+  EXPECT_GT(spec_st.draft_prefix_tokens_reused, 0u);
+  EXPECT_EQ(spec_st.draft_prefix_tokens_reused % 32, 0u) << "whole pages";
+  EXPECT_EQ(spec_st.draft_kv_pages_used, 0);
+  EXPECT_GT(spec_st.draft_kv_pages_cached, 0);
+  EXPECT_GT(spec_st.spec_draft_tokens, 0u);
+  std::printf(
+      "[ measured ] mtp entries reused after a cached prefix: %llu of the target's %llu\n",
+      static_cast<unsigned long long>(spec_st.draft_prefix_tokens_reused),
+      static_cast<unsigned long long>(spec_st.prompt_tokens - spec_st.prompt_tokens_computed));
+}
 
 TEST(MtpProposer, AModelWithoutAnMtpBlockIsRefused) {
   SUSTAIN_REQUIRE_REF();
