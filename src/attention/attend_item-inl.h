@@ -223,8 +223,9 @@ void RunItemT(D d, const Item& it) {
     const int32_t last_page = it.pages[(key + n - 1) / pt];
     int32_t jump_page = -1;
     int jump_slot = 0, jump_n = 0;
-    // (The group tiles' cursor covers the next tile wherever it is.)
-    if (const int64_t next = key + n; !kGroupTiles && next < it.k_end &&
+    // (The group tiles' and f16 rows' cursors cover the next unit wherever
+    // it is.)
+    if (const int64_t next = key + n; !kGroupTiles && !kRowCursor<KF, VF> && next < it.k_end &&
                                       it.pages[next / pt] != last_page &&
                                       it.pages[next / pt] != last_page + 1) {
       jump_page = it.pages[next / pt];
