@@ -639,7 +639,8 @@ Expected<Plan> make_plan(const PlanInput& in) {
     p.spec_pool = in.spec.pool_name;
     p.spec_kv_pages =
         sg.pool_pages(target_tokens + in.n_parallel * in.spec.pool_extra_tokens_per_sequence);
-    p.spec_kv_bytes = static_cast<uint64_t>(p.spec_kv_pages) * sg.page_bytes();
+    p.spec_kv_bytes =
+        static_cast<uint64_t>(p.spec_kv_pages) * (sg.page_bytes() + in.spec.pool_page_extra_bytes);
   }
   p.spec_weights_bytes = in.spec.draft_weights_bytes;
   p.spec_scratch_bytes = in.spec.draft_scratch_bytes;

@@ -118,6 +118,9 @@ struct PlanInput {
     bool mtp = false;
     kv::KvGeometry pool_geometry;
     int64_t pool_extra_tokens_per_sequence = 0;
+    // Bytes kept per pool page beside it (the MTP block's prefix cache: the
+    // hidden state each page boundary's entry reads).
+    uint64_t pool_page_extra_bytes = 0;
     uint64_t draft_weights_bytes = 0;  // the draft model's tensors
     uint64_t draft_scratch_bytes = 0;  // its workspace
   } spec;

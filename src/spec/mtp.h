@@ -79,9 +79,11 @@ class MtpProposer final : public Proposer {
   void propose_batch(std::span<Job> jobs) override;
   void forget(uint64_t seq) override;
 
-  // The pool and the boundary states kept beside the cached pages.
+  // The pool, and the boundary states kept beside its cached pages at
+  // their most (one a page; what `plan --spec mtp` counts).
   int64_t kv_bytes() const {
-    return static_cast<int64_t>(cache_->bytes_allocated() + bounds_.size() * row_bytes());
+    return static_cast<int64_t>(cache_->bytes_allocated() +
+                                (prefix_ ? size_t(cache_->n_pages()) * row_bytes() : 0));
   }
   // Pages sequences hold (not those only the block's prefix cache keeps).
   int32_t pages_in_use() const {
