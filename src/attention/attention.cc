@@ -11,6 +11,7 @@
 #include "attention/kernel.h"
 #include "attention/merge.h"
 #include "attention/window.h"
+#include "base/batch_invariant.h"
 #include "tensor/qtype.h"
 
 namespace sustain::attention {
@@ -25,6 +26,8 @@ int group_size(const AttnParams& p) {
 }
 // Consecutive queries per block: enough to fill kMaxBlockRows rows per KV head.
 int block_queries(const AttnParams& p) {
+  // Batch invariance: every query alone, as a one-query call has it.
+  if (batch_invariant()) return 1;
   return std::max(1, detail::kMaxBlockRows / group_size(p));
 }
 // State rows of one item at most: a full block × every query head.
@@ -64,7 +67,9 @@ Layout layout(const AttnParams& p, int64_t n_q, int n_threads) {
       detail::work_floats(p.head_dim_k, p.head_dim_v, rows) + state_floats(rows, p.head_dim_v);
   L.partial_floats = state_floats(rows, p.head_dim_v);
   int64_t max_partials = 0;
-  if (may_split(p, n_threads)) {
+  if (batch_invariant()) {
+    if (may_split(p, n_threads)) max_partials = n_q * split_count(1, n_threads);
+  } else if (may_split(p, n_threads)) {
     const int64_t max_blocks = std::min<int64_t>(n_q, 4 * int64_t(n_threads) - 1);
     for (int64_t blocks = 1; blocks <= max_blocks; ++blocks)
       max_partials = std::max(max_partials, blocks * split_count(blocks, n_threads));
@@ -331,8 +336,13 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
   // split KV heads instead to give every thread work.
   const int64_t min_items = 4 * int64_t(n_threads);
   int64_t n_split = 1, n_head_groups = 1;
-  if (may_split(p, n_threads) && n_blocks < min_items &&
-      (p.split_kv == SplitKv::kForce || k_max >= kSplitMinKeys)) {
+  if (batch_invariant()) {
+    // Every block (one query) split as one decode row is, whatever else is
+    // in the call and however long it is: the chunks follow the query's own
+    // length (an empty chunk merges as nothing).
+    if (may_split(p, n_threads)) n_split = split_count(1, n_threads);
+  } else if (may_split(p, n_threads) && n_blocks < min_items &&
+             (p.split_kv == SplitKv::kForce || k_max >= kSplitMinKeys)) {
     n_split = split_count(n_blocks, n_threads);
   } else if (n_blocks < min_items && n_threads > 1) {
     n_head_groups = std::min<int64_t>(p.n_head_kv, (min_items + n_blocks - 1) / n_blocks);

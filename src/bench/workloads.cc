@@ -207,10 +207,15 @@ json kv_conditions(const engine::Engine& e) {
 }
 
 json engine_conditions(const engine::EngineConfig& c) {
-  json j = {{"threads", c.n_threads},         {"n_ctx", c.n_ctx},
-            {"n_parallel", c.n_parallel},     {"kv_tokens", c.kv_tokens},
-            {"batch_tokens", c.batch_tokens}, {"ubatch_tokens", c.ubatch_tokens},
-            {"prefix_cache", c.prefix_cache}, {"deterministic", c.deterministic}};
+  json j = {{"threads", c.n_threads},
+            {"n_ctx", c.n_ctx},
+            {"n_parallel", c.n_parallel},
+            {"kv_tokens", c.kv_tokens},
+            {"batch_tokens", c.batch_tokens},
+            {"ubatch_tokens", c.ubatch_tokens},
+            {"prefix_cache", c.prefix_cache},
+            {"deterministic", c.deterministic},
+            {"batch_invariant", c.batch_invariant}};
   json spec = nullptr;
   if (c.spec.enabled()) {
     std::string types;

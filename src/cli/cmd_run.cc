@@ -5,11 +5,13 @@
 
 #include <fmt/format.h>
 
+#include "base/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/file_io.h"
 #include "cli/media_input.h"
 #include "cli/model_session.h"
 #include "cli/ranks.h"
+#include "cli/serving_flags.h"
 #include "cli/spec_flags.h"
 #include "engine/api.h"
 #include "grammar/constraint.h"
@@ -25,6 +27,7 @@ struct RunArgs {
   int64_t n_predict = 128;
   sampling::SamplerConfig sc;
   bool ignore_eos = false;
+  bool batch_invariant = false;
   SpecArgs spec;  // with --spec, generation runs in the engine (one sequence)
   MediaArgs media;  // --mmproj / --image
   SplitArgs split;  // --split layer over mpirun ranks
@@ -78,6 +81,7 @@ int run_engine(const RunArgs& a, const spec::Config& sc, std::vector<int32_t> id
   ec.batch_tokens = a.m.batch;
   ec.ubatch_tokens = a.m.ubatch;
   ec.prefix_cache = false;
+  ec.batch_invariant = a.batch_invariant;
   ec.spec = sc;
   auto kt = kv_type(a.m.cache_type_k, "--cache-type-k");
   if (!kt) return fail(kt.status().message());
@@ -157,6 +161,7 @@ int run_engine(const RunArgs& a, const spec::Config& sc, std::vector<int32_t> id
 }
 
 int run_main(RunArgs a, Ranks& ranks) {
+  set_batch_invariant(a.batch_invariant);  // before any workspace is made
   Status valid = sampling::validate(a.sc);
   if (!valid) return fail(valid.message());
   auto g = constraint_grammar(a);
@@ -291,6 +296,7 @@ Runner add_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("-s,--seed", a->sc.seed, "sampling seed")->capture_default_str();
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
+  sub->add_flag("--batch-invariant", a->batch_invariant, kBatchInvariantHelp);
   add_spec_flags(sub, a->spec);
   add_media_flags(sub, a->media);
   add_split_flags(sub, a->split);

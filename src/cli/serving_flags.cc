@@ -17,7 +17,13 @@ void add_serving_flags(CLI::App* sub, ServingArgs& a) {
                   "seconds: prompts are admitted and prefilled shortest first, except that one "
                   "waiting this long goes first")
       ->capture_default_str();
+  sub->add_flag("--batch-invariant", a.batch_invariant, kBatchInvariantHelp);
 }
+
+const char* const kBatchInvariantHelp =
+    "compute every token as it would be alone: speculative verify steps equal decode steps and "
+    "prefill equals decoding, bit for bit, and output does not change with what else runs; "
+    "prefill and verify run without the multi-row kernels (slower; process-wide)";
 
 Expected<double> parse_tpot_target(const std::string& v) {
   if (v == "auto") return engine::kTpotAuto;
@@ -39,6 +45,7 @@ Status apply_serving_flags(const ServingArgs& a, engine::EngineConfig& c) {
                  "--prefill-age-bound: expected seconds in [0, 1e6], got {}",
                  a.prefill_age_bound_s);
   c.prefill_age_bound_s = a.prefill_age_bound_s;
+  c.batch_invariant = a.batch_invariant;
   return Status::ok();
 }
 

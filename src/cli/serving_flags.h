@@ -1,6 +1,7 @@
 // The scheduling flags that serve and bench share: the TPOT target the
-// scheduler keeps for running streams and the prefill age bound
-// (EngineConfig::tpot_target_ms, prefill_age_bound_s; docs/engine.md).
+// scheduler keeps for running streams, the prefill age bound and batch
+// invariance (EngineConfig::tpot_target_ms, prefill_age_bound_s,
+// batch_invariant; docs/engine.md).
 #pragma once
 
 #include <string>
@@ -15,11 +16,15 @@ namespace sustain::cli {
 struct ServingArgs {
   std::string tpot_target = "auto";  // "auto", "0" (off) or milliseconds
   double prefill_age_bound_s = 5.0;
+  bool batch_invariant = false;
 };
+
+// --batch-invariant's help, for the commands that take it.
+extern const char* const kBatchInvariantHelp;
 
 void add_serving_flags(CLI::App* sub, ServingArgs& a);
 
-// Sets the two fields of `c`; errors name the flag and the value.
+// Sets those fields of `c`; errors name the flag and the value.
 Status apply_serving_flags(const ServingArgs& a, engine::EngineConfig& c);
 
 // --tpot-target's value: kTpotAuto for "auto", else milliseconds (0 = off).

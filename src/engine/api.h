@@ -94,6 +94,11 @@ struct EngineConfig {
   // Every sequence runs in a batch of its own composition-independent shape:
   // at temperature 0 a request's output does not depend on what else runs.
   bool deterministic = false;
+  // Every token computed as it would be alone (base/batch_invariant.h): a
+  // verify step's rows equal decode steps, a prefill chunk's rows equal
+  // decoding them, bit for bit, at the multi-row kernels' cost. Process-wide:
+  // set when the engine is created.
+  bool batch_invariant = false;
   // Speculative decoding (spec/proposer.h): proposers, draft lengths. Off
   // when spec.types is empty and no extra proposer is given.
   spec::Config spec;

@@ -7,6 +7,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "base/batch_invariant.h"
 #include "engine/ranks.h"
 #include "engine/relay.h"
 #include "engine/request_state.h"
@@ -42,6 +43,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
                  c.prefill_age_bound_s);
   if (c.page_tokens < 1 || c.page_tokens > 4096)
     return error(Code::kInvalidArgument, "engine: page size must be in [1, 4096] tokens, got {}", c.page_tokens);
+  // Before any workspace is sized: the mode changes the attention scratch.
+  set_batch_invariant(c.batch_invariant);
 
   // Proposers run on rank 0 (ngram, a draft model, the MTP block, the
   // bench's oracle); verify steps, rollback and a hybrid's state backups go

@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "base/batch_invariant.h"
 #include "base/status.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/ops.h"
@@ -143,8 +144,12 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
   SUSTAIN_CHECK(tile != nullptr);
   const int n_threads = pool.size();
   cpu::TileFn packed = nullptr;
-  if (n_tokens >= kPackedMinTokensLegacy) packed = cpu::legacy_packed_tile(w.type);
-  if (packed == nullptr && n_tokens >= kPackedMinTokensKQuant)
+  // Batch invariance: every row as a one-row call computes it (the packed
+  // kernels sum a row's blocks in another order).
+  const bool one_row_order = batch_invariant();
+  if (!one_row_order && n_tokens >= kPackedMinTokensLegacy)
+    packed = cpu::legacy_packed_tile(w.type);
+  if (!one_row_order && packed == nullptr && n_tokens >= kPackedMinTokensKQuant)
     packed = cpu::kquant_packed_tile(w.type);
   if (packed != nullptr) {
     // Row tiles of 16 (the packed kernel's unit), shared out over threads.
@@ -224,6 +229,7 @@ size_t matmul_batch_scratch_bytes(std::span<const MatmulJob> jobs) {
 void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scratch,
                   size_t scratch_bytes) {
   SUSTAIN_CHECK(scratch_bytes >= matmul_batch_scratch_bytes(jobs));
+  const bool one_row_order = batch_invariant();  // as matmul: no packed kernels
   // Reused from call to call (a batch is a few hundred jobs at most). The
   // workers must reach the caller's vectors, not their own thread_local
   // ones: the lambdas below use these references.
@@ -272,8 +278,9 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scrat
     // of about kTileBytes for the row kernel, and for one token row ranges of
     // about kBatchUnitBytes.
     cpu::TileFn packed = nullptr;
-    if (m.n_tokens >= kPackedMinTokensLegacy) packed = cpu::legacy_packed_tile(m.w.type);
-    if (packed == nullptr && m.n_tokens >= kPackedMinTokensKQuant)
+    if (!one_row_order && m.n_tokens >= kPackedMinTokensLegacy)
+      packed = cpu::legacy_packed_tile(m.w.type);
+    if (!one_row_order && packed == nullptr && m.n_tokens >= kPackedMinTokensKQuant)
       packed = cpu::kquant_packed_tile(m.w.type);
     const auto row_bytes = static_cast<int64_t>(std::max<size_t>(m.w.row_bytes, 1));
     if (packed != nullptr) {
