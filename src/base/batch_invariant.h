@@ -8,9 +8,8 @@
 // change with concurrency or chunk size — what the speculation oracle needs
 // to keep its recorded path, and what users who compare runs need. It costs
 // the multi-row kernels' speed: prefill and verify run near one-row speed
-// (docs/engine.md). Transformer layers only: a hybrid's DeltaNet layers
-// (chunked over several tokens, a recurrence over one) and a mixture of
-// experts' grouped products are not made invariant.
+// (docs/engine.md). A hybrid's DeltaNet layers advance token by token in
+// the mode (the chunked delta rule sums in another order).
 //
 // Process-wide: the engine sets it when it is created (EngineConfig::
 // batch_invariant); workspaces are sized for the mode in force when made.

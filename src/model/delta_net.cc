@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/batch_invariant.h"
 #include "kernels/delta_rule.h"
 #include "model/transformer.h"
 
@@ -73,7 +74,23 @@ void delta_head(const ArchConfig& c, const float* conv, int64_t n, const float* 
   a.S = S + h * hd * hd;
   a.o = o + h * hd;
   a.ld_o = ld_o;
-  kernels::delta_rule(a, kDeltaRuleChunk, scratch);
+  if (!batch_invariant()) {
+    kernels::delta_rule(a, kDeltaRuleChunk, scratch);
+    return;
+  }
+  // Batch invariance: token by token, as decode advances the state (the
+  // chunked form sums in another order).
+  kernels::DeltaRuleArgs one = a;
+  one.n_tokens = 1;
+  for (int64_t t = 0; t < n; ++t) {
+    one.q = a.q + t * a.ld_qk;
+    one.k = a.k + t * a.ld_qk;
+    one.v = a.v + t * a.ld_v;
+    one.g = a.g + t * a.ld_gb;
+    one.beta = a.beta + t * a.ld_gb;
+    one.o = a.o + t * a.ld_o;
+    kernels::delta_rule(one, kDeltaRuleChunk, scratch);
+  }
 }
 
 }  // namespace
