@@ -12,32 +12,20 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 
 #include "base/batch_invariant.h"
 #include "base/thread_pool.h"
 #include "engine/api.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "synth_file.h"
 #include "test_util.h"
-#include "tools/presets.h"
-#include "tools/synth.h"
 
 namespace sustain {
 namespace {
 
 const std::string& model_path() {
-  static std::string path;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    path = test::tmp_path("invariant_smollm2_q4km.gguf");
-    ThreadPool pool(2);
-    tools::SynthOptions opt;
-    opt.type = tools::FileType::kQ4_K_M;
-    auto r = tools::synth_model(*tools::find_preset("smollm2-135m"), path, opt, pool);
-    ASSERT_TRUE(r.has_value()) << r.status().message();
-  });
-  return path;
+  return test::synth_file("smollm2-135m", tools::FileType::kQ4_K_M, "invariant_smollm2_q4km.gguf");
 }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {

@@ -9,13 +9,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <thread>
 
 #include "engine/api.h"
+#include "synth_file.h"
 #include "test_util.h"
-#include "tools/presets.h"
-#include "tools/synth.h"
 
 namespace sustain::engine {
 namespace {
@@ -25,17 +23,7 @@ using namespace std::chrono_literals;
 // smollm2-135m's shape in Q4_K_M: steps long enough (milliseconds) that
 // scheduling, not timer noise, decides the gaps.
 const std::string& model_path() {
-  static std::string path;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    path = test::tmp_path("tpot_smollm2_q4km.gguf");
-    ThreadPool pool(2);
-    tools::SynthOptions opt;
-    opt.type = tools::FileType::kQ4_K_M;
-    auto r = tools::synth_model(*tools::find_preset("smollm2-135m"), path, opt, pool);
-    ASSERT_TRUE(r.has_value()) << r.status().message();
-  });
-  return path;
+  return test::synth_file("smollm2-135m", tools::FileType::kQ4_K_M, "tpot_smollm2_q4km.gguf");
 }
 
 std::vector<int32_t> prompt_of(int n, uint32_t seed) {
