@@ -106,6 +106,24 @@ TEST(CliRun, SpeculativeGreedyTextIsUnchanged) {
   }
 }
 
+// `run --batch-invariant` is taken, alone and with --spec, and changes
+// nothing a user reads on the trained model: the same greedy text with and
+// without it (its bit-for-bit property: tests/engine/test_batch_invariant.cc).
+TEST(CliRun, BatchInvariantGreedyTextIsUnchanged) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string base = "run -m " + ref_path(kAidreams) + " -f " +
+                           ref_path("prompts/p3_long.txt") + " -n 48 --temp 0 --ignore-eos -t 2";
+  auto plain = run_cli(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto inv = run_cli(base + " --batch-invariant");
+  ASSERT_EQ(inv.exit_code, 0) << inv.err;
+  EXPECT_EQ(inv.out, plain.out);
+  auto spec = run_cli(base + " --batch-invariant --spec ngram");
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_EQ(spec.out, plain.out);
+  EXPECT_NE(spec.err.find("spec ngram:"), std::string::npos) << spec.err;
+}
+
 // `run --spec mtp` on the qwen35 model with an MTP block: the same greedy
 // text as without, and drafts were made and verified.
 TEST(CliRun, MtpGreedyTextIsUnchanged) {
