@@ -22,6 +22,7 @@ struct SynthArgs {
   uint64_t seed = 42;
   std::string tokenizer;
   int threads = 0;
+  uint32_t layers = 0;
   bool list = false;
   bool all = false;
   std::string variant = "default";  // needle-retriever only; NaN keeps the variant's value
@@ -75,6 +76,7 @@ int run_synth(const SynthArgs& a) {
   opt.type = *ft;
   opt.seed = a.seed;
   opt.tokenizer_json = a.tokenizer;
+  opt.n_layer = a.layers;
   opt.progress = [&](size_t i, size_t n, uint64_t done, uint64_t total) {
     prog.update(total ? static_cast<double>(done) / total : 1.0,
                 fmt::format("tensor {}/{}", i, n));
@@ -103,6 +105,10 @@ Runner add_synth(CLI::App& app) {
                   "vocabulary");
   sub->add_option("-t,--threads", a->threads, "worker threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
+  sub->add_option("--layers", a->layers,
+                  "write only the first N blocks, each in the preset's exact shape (a stand-in "
+                  "for a model too large to measure whole; default: all)")
+      ->check(CLI::Range(1u, 1024u));
   sub->add_option("--variant", a->variant,
                   "with --preset needle-retriever: default, control, dense or cut<F> (e.g. cut0.1)")
       ->capture_default_str();

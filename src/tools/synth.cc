@@ -96,7 +96,12 @@ void fill_rows(const WeightSpec& w, uint64_t seed, size_t tensor_index, int64_t 
 
 Expected<SynthResult> synth_model(const Preset& preset, const std::string& out_path,
                                   const SynthOptions& opt, ThreadPool& pool) {
-  const ArchConfig& cfg = preset.arch;
+  ArchConfig cfg = preset.arch;
+  const uint32_t n_main = cfg.n_main_layer();
+  if (opt.n_layer > n_main)
+    return error(Code::kInvalidArgument, "--layers {} is more than preset {}'s {} blocks",
+                 opt.n_layer, preset.name, n_main);
+  if (opt.n_layer > 0) cfg.n_layer = opt.n_layer + cfg.n_nextn;
   SUSTAIN_TRY(validate_arch_config(cfg));
   const auto table = default_weight_table(cfg, preset.llama3_rope);
   const auto types = plan_tensor_types(cfg, table, opt.type);
@@ -105,11 +110,19 @@ Expected<SynthResult> synth_model(const Preset& preset, const std::string& out_p
   gguf::Writer w;
   arch_config_to_gguf(cfg, w);
   w.set_str("general.type", "model");
-  w.set_str("general.source", fmt::format("sustain synth --preset {} --seed {}", preset.name, opt.seed));
+  const bool cut = cfg.n_main_layer() < n_main;
+  w.set_str("general.source",
+            cut ? fmt::format("sustain synth --preset {} --seed {} --layers {}", preset.name,
+                              opt.seed, cfg.n_main_layer())
+                : fmt::format("sustain synth --preset {} --seed {}", preset.name, opt.seed));
   w.set_str("general.description",
-            fmt::format("Random weights in the exact shape of {}; for speed and memory "
-                        "measurements only (its text is meaningless).",
-                        preset.hf_name));
+            cut ? fmt::format("Random weights in the exact shape of {}, cut to its first {} of {} "
+                              "blocks; for speed and memory measurements only (its text is "
+                              "meaningless).",
+                              preset.hf_name, cfg.n_main_layer(), n_main)
+                : fmt::format("Random weights in the exact shape of {}; for speed and memory "
+                              "measurements only (its text is meaningless).",
+                              preset.hf_name));
   w.set_u32("general.file_type", ft.gguf_file_type);
   w.set_u32("general.quantization_version", 2);
   if (opt.tokenizer_json.empty()) {

@@ -20,6 +20,13 @@ struct SynthOptions {
   // A Hugging Face tokenizer.json to use instead of the synthetic vocabulary
   // (padded to the preset's vocabulary size; more tokens than that is an error).
   std::string tokenizer_json;
+  // Main blocks to write, counted from the first (0 = all of the preset's).
+  // Every block keeps the preset's shape and kind (a hybrid's DeltaNet /
+  // full-attention pattern, a sliding-window period, the experts); the MTP
+  // blocks stay. A cut model costs what the whole one costs per block, so it
+  // stands in for a model too large to fill a long context on the machine at
+  // hand; the file says it is a cut (general.description).
+  uint32_t n_layer = 0;
   // Called after each tensor: (tensors done, total, bytes done, total bytes).
   std::function<void(size_t, size_t, uint64_t, uint64_t)> progress;
 };
