@@ -124,8 +124,8 @@ Status spec_input(const PlanArgs& a, int threads, plan::PlanInput& in) {
                    arch_name(in.arch.arch));
     in.spec.pool_name = "MTP block";
     in.spec.mtp = true;
-    in.spec.pool_geometry = pool_geometry(in.arch, static_cast<int>(in.arch.n_nextn), QType::F16,
-                                          QType::F16, in.page_tokens);
+    in.spec.pool_geometry = pool_geometry(in.arch, static_cast<int>(in.arch.n_nextn),
+                                          c.draft_k_type, c.draft_v_type, in.page_tokens);
     in.spec.pool_extra_tokens_per_sequence = in.page_tokens;
     // Its prefix cache's boundary states (spec/mtp.h), one row a page.
     in.spec.pool_page_extra_bytes = sizeof(float) * static_cast<uint64_t>(in.arch.n_embd);

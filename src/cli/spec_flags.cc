@@ -21,10 +21,10 @@ void add_spec_flags(CLI::App* sub, SpecArgs& a) {
   sub->add_option("--draft-model,--model-draft", a.draft_model,
                   "--spec draft: a smaller GGUF with the same vocabulary (alias -md)");
   sub->add_option("--cache-type-k-draft", a.cache_type_k_draft,
-                  "the draft model's K cache format (alias -ctkd)")
+                  "K cache format of the draft model or the MTP block (alias -ctkd)")
       ->capture_default_str();
   sub->add_option("--cache-type-v-draft", a.cache_type_v_draft,
-                  "the draft model's V cache format (alias -ctvd)")
+                  "V cache format of the draft model or the MTP block (alias -ctvd)")
       ->capture_default_str();
   sub->add_option("--draft-max", a.draft_max, "tokens drafted per step at most (1..16)")
       ->capture_default_str()

@@ -119,6 +119,8 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
     if (t == "mtp") {
       // The target's own MTP block, its KV mirroring the target's pool.
       spec::MtpOptions o;
+      o.k_type = c.spec.draft_k_type;
+      o.v_type = c.spec.draft_v_type;
       o.page_tokens = g.page_tokens;
       o.pool_tokens = pool_tokens + int64_t{c.n_parallel} * g.page_tokens;
       o.ubatch_tokens = std::min(c.batch_tokens, c.ubatch_tokens);

@@ -17,8 +17,10 @@ Expected<std::unique_ptr<MtpProposer>> MtpProposer::create(const Model& target, 
   if (o.pool_tokens <= 0 || o.ubatch_tokens <= 0)
     return error(Code::kInvalidArgument, "mtp: pool and ubatch tokens must be > 0");
   std::unique_ptr<MtpProposer> p(new MtpProposer(target, o, pool));
-  const kv::KvGeometry g = target.mtp_kv_geometry(QType::F16, QType::F16, o.page_tokens);
-  SUSTAIN_TRY(kv::validate(g));
+  const kv::KvGeometry g = target.mtp_kv_geometry(o.k_type, o.v_type, o.page_tokens);
+  if (Status v = kv::validate(g); !v.is_ok())
+    return error(v.code(), "--spec mtp KV (-ctkd {} / -ctvd {}): {}", qtype_name(o.k_type),
+                 qtype_name(o.v_type), v.message());
   auto cache = kv::KvCache::create(g, o.pool_tokens);
   if (!cache) return error(cache.status().code(), "mtp KV: {}", cache.status().message());
   p->cache_.emplace(std::move(*cache));

@@ -65,6 +65,9 @@ struct MtpOptions {
   // Keep finished sequences' entries for prompts that share their prefix
   // (the engine's --no-prefix-cache turns it off with the target's).
   bool prefix_cache = true;
+  // The block's own KV (-ctkd / -ctvd, as a draft model's): any format the
+  // target's cache takes whose block divides the block's head dimension.
+  QType k_type = QType::F16, v_type = QType::F16;
 };
 
 class MtpProposer final : public Proposer {

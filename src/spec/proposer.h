@@ -99,9 +99,9 @@ struct Config {
   // Each step's k per sequence chosen by measured cost and acceptance
   // (spec/gate.h); off: every sequence drafts draft_max whenever it can.
   bool gate = true;
-  // draft: the second GGUF (same vocabulary), its KV formats, and the
-  // confidence below which it stops drafting (its top token's probability
-  // at temperature 1; 0 = never stops early).
+  // draft: the second GGUF (same vocabulary), its KV formats (the MTP
+  // block's too), and the confidence below which it stops drafting (its
+  // top token's probability at temperature 1; 0 = never stops early).
   std::string draft_model;
   QType draft_k_type = QType::F16;
   QType draft_v_type = QType::F16;

@@ -142,6 +142,23 @@ TEST(PlanCli, Gemma3KeepsOnlyTheWindowsOfItsSlidingLayers) {
 
 // A projector by shape (--vision): the real Gemma 3 projector, without its
 // file, counted like a sidecar file is.
+// --spec mtp: the MTP block's own pool takes -ctkd / -ctvd as a draft
+// model's does. qwen3.5-27b's block: 4 KV heads of 256, pages of 32, and a
+// boundary hidden state (5120 f32) per page for its prefix cache.
+TEST(PlanCli, MtpPoolTakesTheDraftKvFormats) {
+  const std::string base = "--preset qwen3.5-27b --type Q4_K_M -c 32768 --spec mtp";
+  const auto f16 = plan_json(base);
+  const auto q4 = plan_json(base + " -ctkd q4_0 -ctvd q4_0");
+  ASSERT_TRUE(f16["spec"].is_object() && q4["spec"].is_object());
+  const uint64_t pages = f16["spec"]["kv_pages"].get<uint64_t>();
+  EXPECT_EQ(q4["spec"]["kv_pages"].get<uint64_t>(), pages);
+  constexpr uint64_t kBoundary = 5120 * 4;
+  EXPECT_EQ(f16["spec"]["kv_bytes"].get<uint64_t>(), pages * (4 * (512 + 512) * 32 + kBoundary));
+  EXPECT_EQ(q4["spec"]["kv_bytes"].get<uint64_t>(), pages * (4 * (144 + 144) * 32 + kBoundary));
+  // The target's own KV is untouched by the draft formats.
+  EXPECT_EQ(q4["kv_bytes"].get<uint64_t>(), f16["kv_bytes"].get<uint64_t>());
+}
+
 TEST(PlanCli, VisionShapeCountsAsProjector) {
   const auto base = plan_json("--preset gemma-3-27b -c 8192");
   const auto j = plan_json("--preset gemma-3-27b -c 8192 --vision gemma3");

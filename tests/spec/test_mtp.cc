@@ -9,6 +9,8 @@
 
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "engine/api.h"
 #include "engine/media_prompt.h"
 #include "kernels/ops.h"
@@ -128,6 +130,55 @@ TEST_P(MtpProposerVsLlamaCpp, StepByStepFeedingGivesTheReferenceDraftLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Ref, MtpProposerVsLlamaCpp, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return case_name(info.param); });
+
+// The block's KV in a quantized format (-ctkd / -ctvd): its draft logits
+// stay within the format's error of llama.cpp's (computed with f16 KV), at
+// the tolerances the target's own q8_0-KV forward meets on f32 weights.
+TEST(MtpProposer, AQuantizedKvDraftsWithinItsFormatsError) {
+  SUSTAIN_REQUIRE_REF();
+  const RefData ref = read_ref("tiny-qwen35-f32.p2_medium.kvf16.mtp");
+  ASSERT_FALSE(HasFailure());
+  Main m = open_main(ref_path("models/tiny-qwen35-f32.gguf"));
+  ASSERT_TRUE(m.model && m.cache);
+  const int64_t d = m.model->config().n_embd, V = m.model->config().n_vocab;
+  const std::vector<float> h = main_hidden(m, ref.tokens);
+  std::vector<int64_t> every;
+  for (int64_t i = 0; i < static_cast<int64_t>(ref.tokens.size()); ++i) every.push_back(i);
+  struct Fmt {
+    QType k, v;
+    RefCase tol;
+  };
+  const Fmt fmts[] = {
+      {QType::Q8_0, QType::Q8_0, {"tiny-qwen35-f32", "p2_medium", "kvq8", 0.05, 0.97, 1e-5}},
+      {QType::Q4_0, QType::Q4_0, {"tiny-qwen35-f32", "p2_medium", "kvq4", 0.2, 0.85, 1e-4}},
+  };
+  for (const Fmt& f : fmts) {
+    SCOPED_TRACE(qtype_name(f.k));
+    spec::MtpOptions o;
+    o.k_type = f.k;
+    o.v_type = f.v;
+    o.pool_tokens = 1024;
+    auto p = spec::MtpProposer::create(*m.model, o, *m.pool);
+    ASSERT_TRUE(p.has_value()) << p.status().message();
+    const auto rows = feed(**p, ref.tokens, h, d, V, every);
+    check_against_ref(f.tol, ref, rows, fmt::format("mtp proposer, {} KV", qtype_name(f.k)));
+  }
+}
+
+// A format whose block does not divide the block's head dimension is
+// refused naming the flags.
+TEST(MtpProposer, AKvFormatTheHeadsCannotHoldIsRefused) {
+  SUSTAIN_REQUIRE_REF();
+  Main m = open_main(ref_path("models/tiny-qwen35-f32.gguf"));
+  ASSERT_TRUE(m.model);
+  spec::MtpOptions o;
+  o.k_type = QType::Q4_K;  // 256-element blocks; the heads are 64 wide
+  o.pool_tokens = 1024;
+  auto p = spec::MtpProposer::create(*m.model, o, *m.pool);
+  ASSERT_FALSE(p.has_value());
+  EXPECT_NE(p.status().message().find("-ctkd Q4_K"), std::string::npos) << p.status().message();
+  std::printf("[ message ] %s\n", p.status().message().c_str());
+}
 
 // A prompt whose first pages the target's prefix cache served: the block
 // takes its entries there from its own prefix cache (filled by an earlier
@@ -267,8 +318,17 @@ TEST(MtpProposer, EngineGreedyOutputIsUnchanged) {
   SUSTAIN_REQUIRE_REF();
   const RefData ref = read_ref("tiny-qwen35-f32.p2_medium.kvf16.mtp");
   std::vector<std::vector<int32_t>> outs;
-  // No speculation, the block's one token a step, and three chained.
-  for (const int depth : {0, 1, 3}) {
+  // No speculation, the block's one token a step, three chained, and three
+  // chained with the block's KV in q4_0 (-ctkd / -ctvd): drafts differ,
+  // verified output does not.
+  struct Run {
+    int depth;
+    QType kv;
+  };
+  int64_t f16_kv_bytes = 0;
+  for (const Run run :
+       {Run{0, QType::F16}, Run{1, QType::F16}, Run{3, QType::F16}, Run{3, QType::Q4_0}}) {
+    const int depth = run.depth;
     const bool spec = depth > 0;
     engine::EngineConfig c;
     c.model_path = ref_path("models/tiny-qwen35-f32.gguf");
@@ -278,6 +338,7 @@ TEST(MtpProposer, EngineGreedyOutputIsUnchanged) {
     if (spec) c.spec.types = {"mtp"};
     c.spec.mtp_depth = std::max(depth, 1);
     c.spec.gate = false;  // drafts every step: the test counts them
+    c.spec.draft_k_type = c.spec.draft_v_type = run.kv;
     auto e = engine::Engine::create(c);
     ASSERT_TRUE(e.has_value()) << e.status().message();
     std::vector<engine::Stream> streams;
@@ -303,22 +364,27 @@ TEST(MtpProposer, EngineGreedyOutputIsUnchanged) {
     if (spec) {
       EXPECT_GT(st.spec_steps, 0u);
       EXPECT_GT(st.spec_draft_tokens, 0u);
-      std::printf("[ measured ] mtp drafts %llu, accepted %llu\n",
+      std::printf("[ measured ] mtp depth %d, %s KV: drafts %llu, accepted %llu, KV %lld bytes\n",
+                  depth, std::string(qtype_name(run.kv)).c_str(),
                   static_cast<unsigned long long>(st.spec_draft_tokens),
-                  static_cast<unsigned long long>(st.spec_accepted_tokens));
+                  static_cast<unsigned long long>(st.spec_accepted_tokens),
+                  static_cast<long long>(st.draft_kv_bytes));
       EXPECT_EQ(st.draft_kv_pages_used, 0) << "the MTP block's pages went back";
       EXPECT_GT(st.draft_kv_bytes, 0);
       // One token a step, or chained up to three (--draft-max 8 allows it).
       if (depth == 1) EXPECT_EQ(st.spec_draft_tokens, st.spec_steps);
       if (depth == 3) EXPECT_GT(st.spec_draft_tokens, 2 * st.spec_steps);
+      if (run.kv == QType::F16) f16_kv_bytes = st.draft_kv_bytes;
+      if (run.kv == QType::Q4_0) EXPECT_LT(st.draft_kv_bytes, f16_kv_bytes / 3);
     } else {
       EXPECT_EQ(st.spec_steps, 0u);
     }
   }
-  ASSERT_EQ(outs.size(), 9u);
+  ASSERT_EQ(outs.size(), 12u);
   for (size_t r = 0; r < 3; ++r) {
     EXPECT_EQ(outs[r], outs[r + 3]) << "request " << r;
     EXPECT_EQ(outs[r], outs[r + 6]) << "request " << r << ", chained drafts";
+    EXPECT_EQ(outs[r], outs[r + 9]) << "request " << r << ", chained drafts, q4_0 KV";
   }
 }
 
