@@ -853,11 +853,15 @@ bool Scheduler::step() {
   StepShape ran;
   for (Seq* s : plan) ran.add_run(s->n_computed, s->step_tokens);
   const double predicted = cost.predict(ran);
-  // A single sequence's decode or verify step: the gate's per-k price
-  // learns from it (its position before the step moves it).
+  // A decode or verify step (no prefill): the gate's measured price learns
+  // from it, per row count for one sequence alone (at its position before
+  // the step) or for the batch (at its sequences' mean position).
   const int64_t single_pos = plan.size() == 1 && !prefill_given ? plan[0]->n_computed : -1;
+  int64_t mean_pos = 0;
+  for (Seq* s : plan) mean_pos += s->n_computed;
+  mean_pos /= static_cast<int64_t>(plan.size());
   const double decode_predicted =
-      single_pos >= 0 && decode_cost.ready() ? decode_cost.predict(ran) : 0.0;
+      !prefill_given && decode_cost.ready() ? decode_cost.predict(ran) : 0.0;
 
   const int64_t n_vocab = engine.model_->config().n_vocab;
   auto run_batch = [&](const std::vector<Seq*>& seqs) -> Status {
@@ -1020,7 +1024,11 @@ bool Scheduler::step() {
   if (!cfg().deterministic) cost.observe(ran, took);
   // Decode-only steps price drafted tokens for the gate.
   if (!cfg().deterministic && !proposers.empty() && !prefill_given) {
-    if (decode_predicted > 0) verify_cost.observe(ran.rows, single_pos, took, decode_predicted);
+    if (decode_predicted > 0 && single_pos >= 0)
+      verify_cost.observe(ran.rows, single_pos, took, decode_predicted);
+    else if (decode_predicted > 0)
+      verify_cost.observe_batch(static_cast<int64_t>(plan.size()), ran.rows, mean_pos, took,
+                                decode_predicted);
     decode_cost.observe(ran, took);
   }
   st.cost_per_step_s = cost.per_step();

@@ -38,14 +38,17 @@ int MeasuredVerifyCost::band(int64_t pos) {
   return b;
 }
 
-void MeasuredVerifyCost::observe(int64_t rows, int64_t pos, double seconds, double predicted) {
-  if (rows < 1 || rows > kMaxRows || !(seconds > 0) || !(predicted > 0)) return;
+void MeasuredVerifyCost::record(Cell& c, double seconds, double predicted) {
   // A step the OS descheduled, or the first of a new depth, must not swing
   // the factor far: one observation moves it at most to 4x or 1/4.
   const double r = std::clamp(seconds / predicted, 0.25, 4.0);
-  Cell& c = cells_[band(pos)][rows];
   c.weight = kForget * c.weight + 1;
   c.ratio += (r - c.ratio) / c.weight;
+}
+
+void MeasuredVerifyCost::observe(int64_t rows, int64_t pos, double seconds, double predicted) {
+  if (rows < 1 || rows > kMaxRows || !(seconds > 0) || !(predicted > 0)) return;
+  record(cells_[band(pos)][rows], seconds, predicted);
 }
 
 double MeasuredVerifyCost::factor(int64_t rows, int64_t pos) const {
@@ -57,6 +60,26 @@ double MeasuredVerifyCost::factor(int64_t rows, int64_t pos) const {
 double MeasuredVerifyCost::weight(int64_t rows, int64_t pos) const {
   if (rows < 1 || rows > kMaxRows) return 0;
   return cells_[band(pos)][rows].weight;
+}
+
+void MeasuredVerifyCost::observe_batch(int64_t seqs, int64_t rows, int64_t mean_pos, double seconds,
+                                       double predicted) {
+  if (seqs < 2 || rows < seqs || rows > kMaxBatchRows || !(seconds > 0) || !(predicted > 0)) return;
+  record(batch_[band(mean_pos)][rows], seconds, predicted);
+}
+
+double MeasuredVerifyCost::batch_factor(int64_t seqs, int64_t rows, int64_t mean_pos) const {
+  // The nearest row count at or below `rows` that was seen: a step that
+  // crossed a kernel switch is priced as the steps past it were.
+  const int b = band(mean_pos);
+  for (int64_t r = std::min<int64_t>(rows, kMaxBatchRows); r >= std::max<int64_t>(seqs, 2); --r)
+    if (batch_[b][r].weight > 0) return batch_[b][r].ratio;
+  return 1.0;
+}
+
+double MeasuredVerifyCost::batch_weight(int64_t rows, int64_t mean_pos) const {
+  if (rows < 2 || rows > kMaxBatchRows) return 0;
+  return batch_[band(mean_pos)][rows].weight;
 }
 
 double expected_tokens(double alpha, int k) {
@@ -94,24 +117,36 @@ double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& pric
   }
   // The step without drafts: every sequence's decode row plus the rest.
   double t = a + b * static_cast<double>(other_rows) + c * other_attended;
-  double e = 0;
+  double e = 0, pos_sum = static_cast<double>(other_attended) - static_cast<double>(other_rows);
   for (const GateSeq& s : seqs) {
     t += b + c * static_cast<double>(s.pos + 1);
     e += 1;
+    pos_sum += static_cast<double>(s.pos);
   }
   if (!(t > 0)) return 0;
+  const int64_t n_seqs = static_cast<int64_t>(seqs.size()) + other_rows;
+  // Several sequences decoding alone: the batch's measured factors apply.
+  const bool batch_measured = measured != nullptr && n_seqs >= 2;
+  const auto mean_pos = static_cast<int64_t>(std::max(0.0, pos_sum) / std::max<int64_t>(1, n_seqs));
   // Each sequence's next candidate is its (k+1)-th drafted token; ratios
   // fall with k, so the best candidate overall is always some sequence's
-  // next one.
+  // next one. Without measured factors the walk stops at the first
+  // candidate that does not raise the step's tokens per second (no later
+  // one can); with them it goes on, and the best prefix of the walk wins.
   std::vector<double> gain(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) gain[i] = seqs[i].alpha;
+  std::vector<size_t> order;  // the walk: which sequence each candidate extends
+  double best_value =
+      batch_measured ? e / (t * measured->batch_factor(n_seqs, n_seqs, mean_pos)) : e / t;
+  size_t best_len = 0;
+  std::vector<int> kk(seqs.size(), 0);
   while (true) {
     size_t best = seqs.size();
     double best_ratio = 0, best_cost = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
-      if (k[i] >= seqs[i].k_cap || !(gain[i] > 0)) continue;
+      if (kk[i] >= seqs[i].k_cap || !(gain[i] > 0)) continue;
       // The (k+1)-th draft sits at position pos + k + 1 and attends pos + k + 2 keys.
-      const double cost = b + c * static_cast<double>(seqs[i].pos + k[i] + 2);
+      const double cost = b + c * static_cast<double>(seqs[i].pos + kk[i] + 2);
       const double ratio = cost > 0 ? gain[i] / cost : INFINITY;
       if (best == seqs.size() || ratio > best_ratio) {
         best = i;
@@ -119,14 +154,24 @@ double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& pric
         best_cost = cost;
       }
     }
+    if (best == seqs.size()) break;
     // Worth it only if it raises the step's tokens per second.
-    if (best == seqs.size() || !(best_ratio > e / t)) break;
+    if (!batch_measured && !(best_ratio > e / t)) break;
     e += gain[best];
     t += best_cost;
     gain[best] *= seqs[best].alpha;
-    ++k[best];
+    ++kk[best];
+    order.push_back(best);
+    const int64_t rows = n_seqs + static_cast<int64_t>(order.size());
+    const double value =
+        batch_measured ? e / (t * measured->batch_factor(n_seqs, rows, mean_pos)) : e / t;
+    if (!batch_measured || value > best_value) {  // ties go to the shorter walk
+      best_value = value;
+      best_len = order.size();
+    }
   }
-  return e / t;
+  for (size_t j = 0; j < best_len; ++j) ++k[order[j]];
+  return best_value;
 }
 
 }  // namespace sustain::spec

@@ -97,6 +97,8 @@ class MeasuredVerifyCost {
   static constexpr int kMaxRows = 17;  // a draft of up to 16 tokens
   static constexpr int kBands = 12;    // depth < 512, < 1K, ..., >= 512K
   static constexpr double kForget = 0.8;
+  // Steps of several sequences: by the step's total rows, up to this many.
+  static constexpr int kMaxBatchRows = 64;
 
   // A single-sequence step of `rows` rows whose first row sits at `pos`,
   // measured `seconds` against `predicted` by the linear price.
@@ -105,13 +107,27 @@ class MeasuredVerifyCost {
   double factor(int64_t rows, int64_t pos) const;
   // Steps recorded for this row count in pos's band (with forgetting).
   double weight(int64_t rows, int64_t pos) const;
+
+  // The same for a decode-only step of `seqs` >= 2 sequences and `rows`
+  // rows in all (their decode rows and drafts), whose sequences sit at
+  // `mean_pos` on average. Kept apart from the single-sequence table: the
+  // row count where a batch's matmuls change kernel, and what its
+  // attention costs, are not a lone sequence's. A row count not yet seen
+  // takes the factor of the nearest seen count below it, down to the plain
+  // decode step of `seqs` rows (or 1).
+  void observe_batch(int64_t seqs, int64_t rows, int64_t mean_pos, double seconds,
+                     double predicted);
+  double batch_factor(int64_t seqs, int64_t rows, int64_t mean_pos) const;
+  double batch_weight(int64_t rows, int64_t mean_pos) const;
   static int band(int64_t pos);
 
  private:
   struct Cell {
     double ratio = 1, weight = 0;
   };
+  static void record(Cell& c, double seconds, double predicted);
   Cell cells_[kBands][kMaxRows + 1];
+  Cell batch_[kBands][kMaxBatchRows + 1];
 };
 
 // One decoding sequence: the position of its last (not yet computed) token,
@@ -124,14 +140,21 @@ struct GateSeq {
 
 // Chooses k[i] in [0, seqs[i].k_cap] for every sequence. `other_rows` and
 // `other_attended` are the step's rows that are not decode rows of these
-// sequences (prefill chunks); they cost time and yield no token this step.
+// sequences; they cost time and yield no token this step. The engine passes
+// the decode rows of sequences with nothing to draft (one row each, which
+// the batch factors below count as sequences).
 // Returns the predicted expected visible tokens per second of the chosen
 // step (0 when the price is not positive).
 //
 // With `measured` given and a step of one sequence alone (no other rows),
 // every k in [0, k_cap] is priced as MeasuredVerifyCost says and the best
 // expected tokens per second wins (an exhaustive search: the measured cost
-// need not grow evenly with k, so the marginal rule does not apply).
+// need not grow evenly with k, so the marginal rule does not apply). With
+// several sequences decoding and no prefill rows, the candidates are taken
+// in the marginal rule's order (best ratio first) and every prefix of that
+// order is priced as the linear prediction times the measured batch factor
+// for its total rows; the prefix with the most expected tokens per second
+// wins. With every factor 1 that is the marginal rule's own choice.
 double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& price,
                             int64_t other_rows, double other_attended, std::span<int> k,
                             const MeasuredVerifyCost* measured = nullptr);

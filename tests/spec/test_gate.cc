@@ -178,6 +178,95 @@ TEST(SpecGate, MeasuredCostFindsTheDraftLengthThatPays) {
   EXPECT_DOUBLE_EQ(w.factor(5, pos), 4.0);  // an unseen row count takes the decode factor
 }
 
+// Eight sequences decoding together, where the batch's cost is not the
+// line the decode steps fit: from 9 rows the K-quant matmuls take the packed
+// kernel (docs/kernels.md), and a 9-row step costs about what an 8-row one
+// does, each row past it a third of a decode row. The line (4 ms + 1 ms a
+// row) prices a draft at α 0.6 as a loss, so the plain gate never drafts;
+// the engine's probes (every sequence kept idle drafts one token now and
+// then) show what the bigger steps cost, and the measured batch factors
+// then find the drafts that pay.
+TEST(SpecGate, BatchMeasuredCostFindsDraftsTheLineOverprices) {
+  constexpr int kSeqs = 8;
+  const int64_t pos = 4096;
+  const double alpha = 0.6;
+  const StepPrice lin{4e-3, 1e-3, 0};
+  auto lin_cost = [&](int64_t rows) { return lin.per_step + lin.per_row * double(rows); };
+  auto true_cost = [&](int64_t rows) {
+    return rows <= kSeqs ? lin_cost(rows) : 12e-3 + 0.3e-3 * double(rows - kSeqs);
+  };
+  auto true_rate = [&](const std::vector<int>& k) {
+    double e = 0;
+    int64_t rows = 0;
+    for (int v : k) e += expected_tokens(alpha, v), rows += 1 + v;
+    return e / true_cost(rows);
+  };
+  // The best the true cost allows (identical sequences: drafts spread evenly).
+  double best = 0;
+  for (int m = 0; m <= kSeqs * 4; ++m) {
+    std::vector<int> k(kSeqs, m / kSeqs);
+    for (int i = 0; i < m % kSeqs; ++i) ++k[size_t(i)];
+    best = std::max(best, true_rate(k));
+  }
+  std::vector<GateSeq> seqs(kSeqs, GateSeq{pos, alpha, 4});
+  std::vector<int> k(kSeqs);
+  choose_draft_lengths(seqs, lin, 0, 0, k);
+  for (int v : k) EXPECT_EQ(v, 0) << "the line says no draft pays";
+  EXPECT_LT(true_rate(k), 0.75 * best);
+
+  // The loop the engine runs: choose, probe the idle, run, record.
+  MeasuredVerifyCost m;
+  std::vector<ProbeSchedule> probes(kSeqs);
+  std::vector<double> rates;
+  for (int step = 0; step < 400; ++step) {
+    choose_draft_lengths(seqs, lin, 0, 0, k, &m);
+    for (int i = 0; i < kSeqs; ++i) {
+      if (k[size_t(i)] > 0)
+        probes[size_t(i)].drafted();
+      else if (probes[size_t(i)].idle_step())
+        k[size_t(i)] = 1;
+    }
+    int64_t rows = 0;
+    for (int v : k) rows += 1 + v;
+    m.observe_batch(kSeqs, rows, pos, true_cost(rows), lin_cost(rows));
+    for (int i = 0; i < kSeqs; ++i)
+      if (k[size_t(i)] > 0) probes[size_t(i)].verified(true);  // α 0.6: most drafts accept some
+    rates.push_back(true_rate(k));
+  }
+  double late = 0;
+  for (size_t i = 300; i < rates.size(); ++i) late += rates[i] / 100;
+  std::printf("[ measured ] 8 sequences, α 0.6: line %.3f, measured %.3f, best %.3f tok/ms\n",
+              true_rate(std::vector<int>(kSeqs, 0)) / 1e3, late / 1e3, best / 1e3);
+  EXPECT_GT(late, 0.9 * best);
+  // Factors are kept per row count and depth band, apart from a lone
+  // sequence's; an unseen count takes the nearest seen one below it.
+  EXPECT_GT(m.batch_weight(16, pos), 0);
+  EXPECT_DOUBLE_EQ(m.factor(16, pos), 1.0);
+  EXPECT_DOUBLE_EQ(m.batch_factor(kSeqs, 16, 100), 1.0);
+  MeasuredVerifyCost w;
+  w.observe_batch(8, 9, pos, 6e-3, 12e-3);
+  EXPECT_DOUBLE_EQ(w.batch_factor(8, 9, pos), 0.5);
+  EXPECT_DOUBLE_EQ(w.batch_factor(8, 12, pos), 0.5);
+  EXPECT_DOUBLE_EQ(w.batch_factor(8, 8, pos), 1.0);
+  w.observe_batch(1, 9, pos, 6e-3, 12e-3);   // one sequence: its own table
+  w.observe_batch(8, 65, pos, 6e-3, 12e-3);  // beyond the table: ignored
+  EXPECT_DOUBLE_EQ(w.batch_weight(9, pos), 1.0);
+  // With every factor 1, the walk's best prefix is the marginal rule's choice.
+  MeasuredVerifyCost ones;
+  for (int r = 2; r <= MeasuredVerifyCost::kMaxBatchRows; ++r) ones.observe_batch(2, r, pos, 1, 1);
+  SplitMix64 g{11};
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 2 + static_cast<int>(g.below(3));
+    std::vector<GateSeq> ss;
+    for (int i = 0; i < n; ++i) ss.push_back({pos, g.uniform(), static_cast<int>(g.below(6))});
+    const StepPrice p{1e-3 + 20e-3 * g.uniform(), 0.2e-3 + 3e-3 * g.uniform(), 0};
+    std::vector<int> plain(ss.size()), measured(ss.size());
+    choose_draft_lengths(ss, p, 0, 0, plain);
+    choose_draft_lengths(ss, p, 0, 0, measured, &ones);
+    EXPECT_EQ(plain, measured) << "trial " << trial;
+  }
+}
+
 // Probes of a sequence the gate keeps idle: after 16 idle steps at first;
 // each probe that accepts nothing doubles the wait up to 256; an accepted
 // token (from a probe or from a draft the gate allowed) brings it back to 16;
