@@ -112,17 +112,15 @@ Expected<SynthResult> synth_model(const Preset& preset, const std::string& out_p
   w.set_str("general.type", "model");
   const bool cut = cfg.n_main_layer() < n_main;
   w.set_str("general.source",
-            cut ? fmt::format("sustain synth --preset {} --seed {} --layers {}", preset.name,
-                              opt.seed, cfg.n_main_layer())
-                : fmt::format("sustain synth --preset {} --seed {}", preset.name, opt.seed));
+            fmt::format("sustain synth --preset {} --seed {}{}", preset.name, opt.seed,
+                        cut ? fmt::format(" --layers {}", cfg.n_main_layer()) : ""));
+  const std::string shape = cut ? fmt::format("{}, cut to its first {} of {} blocks",
+                                              preset.hf_name, cfg.n_main_layer(), n_main)
+                                : preset.hf_name;
   w.set_str("general.description",
-            cut ? fmt::format("Random weights in the exact shape of {}, cut to its first {} of {} "
-                              "blocks; for speed and memory measurements only (its text is "
-                              "meaningless).",
-                              preset.hf_name, cfg.n_main_layer(), n_main)
-                : fmt::format("Random weights in the exact shape of {}; for speed and memory "
-                              "measurements only (its text is meaningless).",
-                              preset.hf_name));
+            fmt::format("Random weights in the exact shape of {}; for speed and memory "
+                        "measurements only (its text is meaningless).",
+                        shape));
   w.set_u32("general.file_type", ft.gguf_file_type);
   w.set_u32("general.quantization_version", 2);
   if (opt.tokenizer_json.empty()) {

@@ -124,6 +124,13 @@ TEST(CliSynth, BadArguments) {
   r = run_cli("synth --preset tiny-llama --type Q3_K_XL -o " + tmp_path("x.gguf"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("Q3_K_XL"), std::string::npos) << r.err;
+  r = run_cli("synth --preset tiny-llama --layers 0 -o " + tmp_path("x.gguf"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--layers"), std::string::npos) << r.err;
+  r = run_cli("synth --preset tiny-llama --layers 9 -o " + tmp_path("x.gguf"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--layers 9 is more than preset tiny-llama's 3 blocks"), std::string::npos)
+      << r.err;
   r = run_cli("synth --preset tiny-llama -t 0 -o " + tmp_path("x.gguf"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("threads"), std::string::npos) << r.err;
