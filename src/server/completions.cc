@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "grammar/constraint.h"
+#include "server/connection.h"
 #include "server/generation.h"
 #include "server/media.h"
 #include "server/server_state.h"
@@ -372,6 +373,8 @@ void handle_completion(ServerState& s, const httplib::Request& req, httplib::Res
   }
   // Counted before the drain check, so a shutdown that starts now waits for it.
   auto job = std::make_shared<Job>(s.active);
+  // The count ends when the response is on the wire, not when this returns.
+  if (Connection* c = current_connection(); c != nullptr) c->held = job;
   if (s.draining.load()) {
     send_error(s, res, shutting_down("the server is shutting down and takes no new requests"));
     return;

@@ -415,6 +415,7 @@ bool HttpServer::serve(int sock, Connection& conn) {
     }
     bool closed = false;
     ret = process_request(strm, i + 1 == count, closed, nullptr);
+    conn.held.reset();  // the response is written (or its write failed)
     if (conn.write_timed_out) {
       if (counters_ != nullptr) {
         counters_->write_timeouts++;

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -64,6 +65,11 @@ struct Connection {
   ReadFailure read_failure = ReadFailure::kNone;  // of the current request
   bool write_timed_out = false;
   bool write_too_slow = false;  // ended by the minimum write rate (write_timed_out is set too)
+  // What the current request keeps alive until its response has been
+  // written: httplib writes a plain response after the handler returns, and
+  // a completion's count in ServerState::active must outlast that write (a
+  // --split job whose rank died ends the process once the count is zero).
+  std::shared_ptr<void> held;
 };
 
 // The connection the calling thread serves, or nullptr (not a handler thread).
