@@ -25,8 +25,9 @@
 #include "kernels/ops.h"
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
-#include "tensor/quant.h"
 #include "tensor/qtype.h"
+#include "tensor/quant.h"
+#include "tensor/row_tiles.h"
 
 namespace sustain::kernels {
 namespace {
@@ -88,12 +89,27 @@ Weights make_weights(QType t, int64_t n_out, int64_t n_in, int n_copies) {
   return w;
 }
 
-void run(benchmark::State& state, QType t, int64_t n_out, int64_t n_in, int64_t n_tok) {
+// repacked: the weights in row tiles (tensor/row_tiles.h), as `--repack` loads them.
+void run(benchmark::State& state, QType t, int64_t n_out, int64_t n_in, int64_t n_tok,
+         bool repacked = false) {
+  if (repacked && !row_tiles_available(t)) {
+    state.SkipWithError("no repacked-weight kernel for this format on this CPU");
+    return;
+  }
   // Decode: > 128 MiB of weights in rotation, far beyond L3.
   const size_t one = qtype_row_bytes(t, static_cast<uint64_t>(n_in)) * static_cast<size_t>(n_out);
   const int copies =
       n_tok <= 16 ? static_cast<int>(std::max<size_t>(1, (128u << 20) / one + 1)) : 1;
-  const Weights w = make_weights(t, n_out, n_in, copies);
+  Weights w = make_weights(t, n_out, n_in, copies);
+  std::vector<uint8_t> tiles;
+  if (repacked) {
+    const size_t tb = row_tiles_bytes(t, n_out, n_in);
+    tiles.resize(tb * static_cast<size_t>(copies));
+    for (int c = 0; c < copies; ++c)
+      w.views[static_cast<size_t>(c)] =
+          repack_rows(w.views[static_cast<size_t>(c)], tiles.data() + tb * static_cast<size_t>(c));
+    std::vector<uint8_t>().swap(w.bytes);  // only the tiles stay resident
+  }
   const auto x = noise(static_cast<size_t>(n_in * n_tok), 99);
   std::vector<float> y(static_cast<size_t>(n_out * n_tok));
   std::vector<uint8_t> scratch(matmul_scratch_bytes(t, n_in, n_tok) + 1);
@@ -108,9 +124,9 @@ void run(benchmark::State& state, QType t, int64_t n_out, int64_t n_in, int64_t 
       benchmark::Counter(static_cast<double>(one) * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(
       2.0 * static_cast<double>(n_out * n_in * n_tok) * iters / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(qtype_name(t)) + " " + std::to_string(n_out) + "x" +
-                 std::to_string(n_in) + " tokens " + std::to_string(n_tok) + " threads " +
-                 std::to_string(pool().size()));
+  state.SetLabel(std::string(qtype_name(t)) + (repacked ? " repacked " : " ") +
+                 std::to_string(n_out) + "x" + std::to_string(n_in) + " tokens " +
+                 std::to_string(n_tok) + " threads " + std::to_string(pool().size()));
 }
 
 // Sum of a 256 MiB buffer split over the pool: the DRAM read bandwidth the
@@ -188,6 +204,30 @@ SUSTAIN_BATCH_BENCH(BM_Batch_Q6_K_8192x2048, Q6_K, 8192, 2048);
 SUSTAIN_BATCH_BENCH(BM_Batch_Q8_0_1536x576, Q8_0, 1536, 576);
 SUSTAIN_BATCH_BENCH(BM_Batch_Q5_0_1536x576, Q5_0, 1536, 576);
 SUSTAIN_BATCH_BENCH(BM_Batch_Q8_0_2048x8192, Q8_0, 2048, 8192);
+SUSTAIN_BATCH_BENCH(BM_Batch_Q4_0_2048x8192, Q4_0, 2048, 8192);
+
+// The same with the weights repacked at load (`--repack`, AVX-512 VNNI):
+// run beside the rows' figures above, in one process.
+#define SUSTAIN_REPACKED_BENCH(NAME, T, OUT, IN) \
+  void NAME(benchmark::State& s) {               \
+    run(s, QType::T, OUT, IN, s.range(0), true); \
+  }                                              \
+  BENCHMARK(NAME)                                \
+      ->UseRealTime()                            \
+      ->Unit(benchmark::kMicrosecond)            \
+      ->Arg(1)                                   \
+      ->Arg(2)                                   \
+      ->Arg(4)                                   \
+      ->Arg(8)                                   \
+      ->Arg(9)                                   \
+      ->Arg(12)                                  \
+      ->Arg(16)                                  \
+      ->Arg(512)
+
+SUSTAIN_REPACKED_BENCH(BM_Repacked_Q8_0_1536x576, Q8_0, 1536, 576);
+SUSTAIN_REPACKED_BENCH(BM_Repacked_Q5_0_1536x576, Q5_0, 1536, 576);
+SUSTAIN_REPACKED_BENCH(BM_Repacked_Q8_0_2048x8192, Q8_0, 2048, 8192);
+SUSTAIN_REPACKED_BENCH(BM_Repacked_Q4_0_2048x8192, Q4_0, 2048, 8192);
 
 // One Q8_0 activation row (the partner of Q8_0 / Q4_0 / Q5_0 weights), as
 // every matmul writes per token: the vectorised kernel against the scalar

@@ -22,6 +22,7 @@
 #include "kernels/ref.h"
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
+#include "tensor/row_tiles.h"
 
 namespace sustain::kernels {
 namespace {
@@ -106,6 +107,20 @@ bool matmul_supported(QType w) {
   return tr != nullptr && tr->dequantize != nullptr;
 }
 
+bool row_tiles_available(QType t) {
+  return row_tiles_format(t) && cpu::row_tiles_tile(t) != nullptr;
+}
+
+WeightView repack_rows(const WeightView& w, void* dst) {
+  SUSTAIN_CHECK(!w.tiled && row_tiles_format(w.type));
+  to_row_tiles(w.type, w.data, w.row_bytes, w.n_out, w.n_in, dst);
+  WeightView t = w;
+  t.data = dst;
+  t.row_bytes = qtype_row_bytes(w.type, static_cast<uint64_t>(w.n_in));
+  t.tiled = true;
+  return t;
+}
+
 size_t matmul_scratch_bytes(QType w, int64_t n_in, int64_t n_tokens) {
   if (reads_x_directly(w)) return 0;
   return static_cast<size_t>(n_tokens) * act_stride(w, n_in) + kAlign;
@@ -147,7 +162,12 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
   // Batch invariance: every row as a one-row call computes it (the packed
   // kernels sum a row's blocks in another order).
   const bool one_row_order = batch_invariant();
-  if (!one_row_order && n_tokens >= kPackedMinTokensLegacy)
+  if (w.tiled) {
+    // Repacked rows: one kernel for every token count (batch invariant too).
+    packed = cpu::row_tiles_tile(w.type);
+    SUSTAIN_CHECK(packed != nullptr);
+  }
+  if (packed == nullptr && !one_row_order && n_tokens >= kPackedMinTokensLegacy)
     packed = cpu::legacy_packed_tile(w.type);
   if (!one_row_order && packed == nullptr && n_tokens >= kPackedMinTokensKQuant)
     packed = cpu::kquant_packed_tile(w.type);
@@ -278,7 +298,11 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scrat
     // of about kTileBytes for the row kernel, and for one token row ranges of
     // about kBatchUnitBytes.
     cpu::TileFn packed = nullptr;
-    if (!one_row_order && m.n_tokens >= kPackedMinTokensLegacy)
+    if (m.w.tiled) {
+      packed = cpu::row_tiles_tile(m.w.type);
+      SUSTAIN_CHECK(packed != nullptr);
+    }
+    if (packed == nullptr && !one_row_order && m.n_tokens >= kPackedMinTokensLegacy)
       packed = cpu::legacy_packed_tile(m.w.type);
     if (!one_row_order && packed == nullptr && m.n_tokens >= kPackedMinTokensKQuant)
       packed = cpu::kquant_packed_tile(m.w.type);

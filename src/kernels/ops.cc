@@ -7,6 +7,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/ops.h"
 #include "kernels/ref.h"
+#include "tensor/row_tiles.h"
 
 namespace sustain::kernels {
 
@@ -54,6 +55,16 @@ void softmax(float* x, int64_t n) {
 }
 
 void get_row(const WeightView& w, int64_t row, float* out) {
+  if (w.tiled) {
+    // A repacked embedding (a tied output matrix): the row back in row layout
+    // (row_bytes is at most a few KiB), then as below.
+    SUSTAIN_CHECK(row >= 0 && row < w.n_out);
+    thread_local std::vector<uint8_t> buf;
+    buf.resize(w.row_bytes);
+    from_row_tiles(w.type, w.data, w.n_in, row, buf.data());
+    qtype_traits(w.type).dequantize(buf.data(), out, w.n_in);
+    return;
+  }
   const auto* src = static_cast<const uint8_t*>(w.data) + row * w.row_bytes;
   if (w.type == QType::F32) {
     std::memcpy(out, src, static_cast<size_t>(w.n_in) * sizeof(float));

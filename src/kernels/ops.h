@@ -15,14 +15,25 @@
 
 namespace sustain::kernels {
 
-// A weight matrix W[n_out, n_in], rows contiguous (a view into the mmap).
+// A weight matrix W[n_out, n_in], rows contiguous (a view into the mmap),
+// or repacked into groups of 16 rows (`tiled`, tensor/row_tiles.h): then only
+// matmul and matmul_batch read it, and row_bytes is still one row's bytes.
 struct WeightView {
   QType type = QType::F32;
   int64_t n_out = 0;
   int64_t n_in = 0;
   const void* data = nullptr;
   size_t row_bytes = 0;  // bytes of one row of n_in elements
+  bool tiled = false;
 };
+
+// Whether matmul reads format `t` repacked into row tiles on this CPU (Q4_0,
+// Q5_0, Q8_0 with AVX-512 VNNI): what `--repack` needs.
+bool row_tiles_available(QType t);
+
+// The row-tile copy of `w` (rows) in `dst` (tensor/row_tiles.h's
+// row_tiles_bytes): the view matmul reads it through.
+WeightView repack_rows(const WeightView& w, void* dst);
 
 // The format activations are converted to before the dot products with a
 // weight of format `w`, as llama.cpp does on CPUs: Q8_K for K-quants, Q8_0

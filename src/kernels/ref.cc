@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "kernels/ref.h"
+#include "tensor/row_tiles.h"
 
 namespace sustain::kernels::ref {
 
@@ -113,6 +114,12 @@ void softmax(float* x, int64_t n) {
 void get_row(const WeightView& w, int64_t row, float* out) {
   const auto& tr = qtype_traits(w.type);
   SUSTAIN_CHECK(tr.dequantize != nullptr && row >= 0 && row < w.n_out);
+  if (w.tiled) {
+    std::vector<uint8_t> r(w.row_bytes);
+    from_row_tiles(w.type, w.data, w.n_in, row, r.data());
+    tr.dequantize(r.data(), out, w.n_in);
+    return;
+  }
   tr.dequantize(static_cast<const uint8_t*>(w.data) + row * w.row_bytes, out, w.n_in);
 }
 

@@ -8,6 +8,7 @@
 #include "kernels/ref.h"
 #include "tensor/fp16.h"
 #include "tensor/quant.h"
+#include "tensor/row_tiles.h"
 
 namespace sustain::kernels::ref {
 namespace {
@@ -294,10 +295,17 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
   SUSTAIN_CHECK(matmul_supported(w.type));
   std::vector<uint8_t> act(activation_row_bytes(w.type, w.n_in));
   const auto* wbytes = static_cast<const uint8_t*>(w.data);
+  std::vector<uint8_t> row(w.tiled ? w.row_bytes : 0);  // a repacked row, back in row layout
   for (int64_t t = 0; t < n_tokens; ++t) {
     quantize_activation(w.type, x + t * ldx, act.data(), w.n_in);
-    for (int64_t o = 0; o < w.n_out; ++o)
-      y[t * ldy + o] = vec_dot(w.type, wbytes + o * w.row_bytes, act.data(), w.n_in);
+    for (int64_t o = 0; o < w.n_out; ++o) {
+      const uint8_t* r = wbytes + o * w.row_bytes;
+      if (w.tiled) {
+        from_row_tiles(w.type, w.data, w.n_in, o, row.data());
+        r = row.data();
+      }
+      y[t * ldy + o] = vec_dot(w.type, r, act.data(), w.n_in);
+    }
   }
 }
 

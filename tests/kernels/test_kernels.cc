@@ -27,6 +27,7 @@
 #include "tensor/fp16.h"
 #include "tensor/quant.h"
 #include "tensor/quant_test_util.h"
+#include "tensor/row_tiles.h"
 
 namespace sustain::kernels {
 namespace {
@@ -348,6 +349,129 @@ void expect_rel(const std::vector<float>& got, const std::vector<float>& want, d
 // (a later element of equal magnitude and the other sign must not win),
 // halves rounding to even, clamping, zeros, subnormals, and blocks with an
 // infinity or a NaN (the scalar code's own results).
+// Repacked weights (tensor/row_tiles.h, `--repack`), on CPUs whose kernels
+// read them (AVX-512 VNNI); elsewhere the tests skip.
+WeightView tiled_view(const Problem& p, std::vector<uint8_t>& store) {
+  store.assign(row_tiles_bytes(p.type, p.n_out, p.n_in), 0);
+  return repack_rows(p.view(), store.data());
+}
+
+constexpr QType kTileFormats[] = {QType::Q4_0, QType::Q5_0, QType::Q8_0};
+
+std::vector<float> run_view(const WeightView& v, const Problem& p, ThreadPool& pool) {
+  std::vector<float> y(static_cast<size_t>(p.n_tok * p.ldy), NAN);
+  std::vector<uint8_t> scratch(matmul_scratch_bytes(p.type, p.n_in, p.n_tok));
+  matmul(v, p.x.data(), p.ldx, p.n_tok, y.data(), p.ldy, pool, scratch.data());
+  return y;
+}
+
+// Against the reference on rows no group of 16 divides, inputs of 1 to 88
+// blocks, token counts around the kernel's group of 8, split over more
+// threads than cores; and the reference reading the repacked view (row by
+// row, through from_row_tiles) agrees with itself reading the rows.
+TEST(RowTilesMatmul, MatchesTheReferenceOnAwkwardShapes) {
+  if (!row_tiles_available(QType::Q5_0)) GTEST_SKIP() << "no repacked-weight kernels on this CPU";
+  ThreadPool pool(3);
+  uint64_t seed = 3000;
+  for (QType t : kTileFormats)
+    for (int64_t n_out : {1, 3, 16, 17, 37, 257})
+      for (int64_t n_in : {32, 96, 768, 2816})
+        for (int64_t n_tok : {1, 5, 8, 9, 17}) {
+          if (n_out * n_in * n_tok > 4'000'000) continue;
+          const Problem p = make_problem(t, n_out, n_in, n_tok, seed++);
+          std::vector<uint8_t> store;
+          const WeightView tv = tiled_view(p, store);
+          const auto want = run_ref(p);
+          expect_close(p, run_view(tv, p, pool), want, abs_dots(p), 1e-5);
+          std::vector<float> ref_tiled(want.size(), NAN);
+          ref::matmul(tv, p.x.data(), p.ldx, p.n_tok, ref_tiled.data(), p.ldy);
+          for (int64_t i = 0; i < p.n_tok; ++i)
+            ASSERT_EQ(std::memcmp(ref_tiled.data() + i * p.ldy, want.data() + i * p.ldy,
+                                  static_cast<size_t>(n_out) * sizeof(float)),
+                      0);
+          if (HasFailure()) return;
+        }
+  // Prefill-sized: 64 tokens.
+  const Problem p = make_problem(QType::Q5_0, 33, 768, 64, 77);
+  std::vector<uint8_t> store;
+  expect_close(p, run_view(tiled_view(p, store), p, pool), run_ref(p), abs_dots(p), 1e-5);
+}
+
+// Each token's row sums come out bit for bit as a one-token call computes
+// them, whatever else is in the call (the kernel is batch invariant).
+TEST(RowTilesMatmul, EveryTokenAsItsOwnCallComputesIt) {
+  if (!row_tiles_available(QType::Q5_0)) GTEST_SKIP() << "no repacked-weight kernels on this CPU";
+  ThreadPool pool(2);
+  for (QType t : kTileFormats)
+    for (int64_t n_tok : {2, 7, 8, 9, 16, 17}) {
+      const Problem p = make_problem(t, 37, 96, n_tok, 4000 + static_cast<uint64_t>(n_tok));
+      std::vector<uint8_t> store;
+      const WeightView tv = tiled_view(p, store);
+      const auto all = run_view(tv, p, pool);
+      for (int64_t i = 0; i < n_tok; ++i) {
+        std::vector<float> one(static_cast<size_t>(p.n_out));
+        std::vector<uint8_t> scratch(matmul_scratch_bytes(t, p.n_in, 1));
+        matmul(tv, p.x.data() + i * p.ldx, p.ldx, 1, one.data(), p.n_out, pool, scratch.data());
+        ASSERT_EQ(std::memcmp(one.data(), all.data() + i * p.ldy, one.size() * sizeof(float)), 0)
+            << qtype_name(t) << " token " << i << " of " << n_tok;
+      }
+    }
+}
+
+// matmul_batch runs repacked jobs beside row jobs, one input shared, and
+// gives what one matmul per job gives, bit for bit; get_row reads a
+// repacked row as it reads the row.
+TEST(RowTilesMatmul, BatchJobsAndGetRow) {
+  if (!row_tiles_available(QType::Q5_0)) GTEST_SKIP() << "no repacked-weight kernels on this CPU";
+  ThreadPool pool(2);
+  struct Spec {
+    QType type;
+    int64_t n_out;
+    bool tiled;
+  };
+  const std::vector<Spec> specs = {{QType::Q5_0, 50, true},
+                                   {QType::Q5_0, 17, false},
+                                   {QType::Q8_0, 33, true},
+                                   {QType::Q4_0, 300, true}};
+  for (int64_t n_tok : {1, 3, 9}) {
+    std::vector<Problem> ps;
+    std::vector<std::vector<uint8_t>> stores(specs.size());
+    std::vector<WeightView> views;
+    for (size_t j = 0; j < specs.size(); ++j) {
+      ps.push_back(make_problem(specs[j].type, specs[j].n_out, 96, n_tok, 5000 + j));
+      ps.back().x = ps.front().x;  // one input for every job
+      views.push_back(specs[j].tiled ? tiled_view(ps.back(), stores[j]) : ps.back().view());
+    }
+    std::vector<MatmulJob> jobs;
+    std::vector<std::vector<float>> got(specs.size());
+    for (size_t j = 0; j < specs.size(); ++j) {
+      got[j].assign(static_cast<size_t>(n_tok * ps[j].ldy), NAN);
+      jobs.push_back({views[j], ps[0].x.data(), ps[0].ldx, n_tok, got[j].data(), ps[j].ldy});
+    }
+    std::vector<uint8_t> scratch(matmul_batch_scratch_bytes(jobs));
+    matmul_batch(jobs, pool, scratch.data(), scratch.size());
+    for (size_t j = 0; j < specs.size(); ++j) {
+      const auto want = run_view(views[j], ps[j], pool);
+      for (int64_t i = 0; i < n_tok; ++i)
+        ASSERT_EQ(std::memcmp(got[j].data() + i * ps[j].ldy, want.data() + i * ps[j].ldy,
+                              static_cast<size_t>(ps[j].n_out) * sizeof(float)),
+                  0)
+            << "job " << j << " token " << i << " of " << n_tok;
+    }
+  }
+  for (QType t : kTileFormats) {
+    const Problem p = make_problem(t, 21, 96, 1, 6000);
+    std::vector<uint8_t> store;
+    const WeightView tv = tiled_view(p, store);
+    std::vector<float> a(96), b(96);
+    for (int64_t r : {0, 15, 16, 20}) {
+      get_row(p.view(), r, a.data());
+      get_row(tv, r, b.data());
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << r;
+    }
+  }
+}
+
 TEST(Elementwise, QuantizeQ8_KActivationIsBitExact) {
   const int64_t n_in = 512;  // 2 blocks
   std::vector<std::vector<float>> rows;

@@ -1,0 +1,210 @@
+// Matmul kernels for repacked weights (tensor/row_tiles.h): Q4_0, Q5_0 and
+// Q8_0 rows in groups of 16, read in place on AVX-512 VNNI (AVX3_DL).
+//
+// A group block's code dwords load straight into vectors whose int32 lane r
+// is row r: Q8_0's after flipping each byte's sign bit (codes + 128), Q4_0's
+// and Q5_0's after splitting nibbles (low: elements 4j..4j+3, high:
+// 16+4j..), Q5_0 adding 16 where its fifth-bit mask says. One vpdpbusd with
+// 4 activation bytes broadcast then advances 16 row sums, and every per-row
+// scale applies lane-wise, as in packed-inl.h, but with nothing unpacked per
+// call: a decode step reads the same bytes the row layout would, and a batch
+// of up to 8 tokens dots each group block with every token while it is in
+// registers.
+//
+// Integer sums are exact as in llama.cpp (the code offset comes off through
+// the activation block sums). Each token's result is computed the same way
+// whatever else is in the call, so the kernel is batch invariant.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/matmul_tiles.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "kernels/block_util.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quant-inl.h"
+#include "tensor/blocks.h"
+#include "tensor/row_tiles.h"
+
+SUSTAIN_SIMD_BEGIN();
+namespace sustain::kernels::cpu::HWY_NAMESPACE {
+
+#if SUSTAIN_VNNI
+// Tokens dotted with a group block while its codes are in registers.
+inline constexpr int kTileTok = 8;
+// Group blocks ahead that the first pass over a group asks into L1.
+inline constexpr int kPrefetchAhead = 8;
+
+template <QType kType>
+struct TileFmt;
+
+template <>
+struct TileFmt<QType::Q4_0> {
+  static constexpr int kOffset = 8;
+  static constexpr size_t kD = 256, kBytes = 288;
+  static void codes(const uint8_t* gb, __m512i* w) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {
+      const __m512i n = _mm512_loadu_si512(gb + 64 * j);
+      w[j] = _mm512_and_si512(n, m4);
+      w[4 + j] = _mm512_and_si512(_mm512_srli_epi16(n, 4), m4);
+    }
+  }
+};
+
+template <>
+struct TileFmt<QType::Q5_0> {
+  static constexpr int kOffset = 16;
+  static constexpr size_t kHi = 256, kD = 320, kBytes = 352;
+  static void codes(const uint8_t* gb, __m512i* w) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    uint64_t hi[8];
+    std::memcpy(hi, gb + kHi, sizeof(hi));
+    for (int j = 0; j < 4; ++j) {
+      const __m512i n = _mm512_loadu_si512(gb + 64 * j);
+      const __m512i lo = _mm512_and_si512(n, m4);
+      const __m512i up = _mm512_and_si512(_mm512_srli_epi16(n, 4), m4);
+      w[j] = _mm512_mask_add_epi8(lo, _cvtu64_mask64(hi[j]), lo, b4);
+      w[4 + j] = _mm512_mask_add_epi8(up, _cvtu64_mask64(hi[4 + j]), up, b4);
+    }
+  }
+};
+
+template <>
+struct TileFmt<QType::Q8_0> {
+  static constexpr int kOffset = 128;
+  static constexpr size_t kD = 512, kBytes = 544;
+  static void codes(const uint8_t* gb, __m512i* w) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_xor_si512(_mm512_loadu_si512(gb + 64 * k), flip);
+  }
+};
+
+inline __m512i bcast4(const int8_t* p) {
+  return _mm512_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(p))));
+}
+
+// NT tokens' sums over every block of one group: out[t] lane r is row r.
+template <QType kType, int NT>
+inline void group_dot(const uint8_t* group, int64_t nb, const uint8_t* const* act, int64_t n_in,
+                      bool prefetch, __m512* out) {
+  using F = TileFmt<kType>;
+  const BlockQ8_0* a[NT];
+  const int32_t* sums[NT];
+  const float* da[NT];
+  for (int t = 0; t < NT; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_0*>(act[t]);
+    sums[t] = reinterpret_cast<const int32_t*>(act[t] + q8_0_sums_offset(n_in));
+    da[t] = reinterpret_cast<const float*>(act[t] + q8_0_scales_offset(n_in));
+    out[t] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* gb = group + static_cast<size_t>(b) * F::kBytes;
+    if (prefetch && b + kPrefetchAhead < nb) {
+      const char* p = reinterpret_cast<const char*>(gb + kPrefetchAhead * F::kBytes);
+      for (size_t l = 0; l < F::kBytes; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+    }
+    __m512i w[8];
+    F::codes(gb, w);
+    // A few tokens leave the dpbusd chains too short to hide their latency:
+    // then each token's sum runs as kChains chains, added at the end (exact
+    // integers, so every token count computes the same sums).
+    constexpr int kChains = NT == 1 ? 4 : NT == 2 ? 2 : 1;
+    __m512i acc[NT * kChains];
+    for (int t = 0; t < NT; ++t) {
+      acc[t * kChains] = _mm512_set1_epi32(-F::kOffset * sums[t][b]);
+      for (int c = 1; c < kChains; ++c) acc[t * kChains + c] = _mm512_setzero_si512();
+    }
+    for (int k = 0; k < 8; ++k)
+      for (int t = 0; t < NT; ++t)
+        acc[t * kChains + k % kChains] =
+            _mm512_dpbusd_epi32(acc[t * kChains + k % kChains], w[k], bcast4(a[t][b].qs + 4 * k));
+    for (int t = 0; t < NT; ++t)
+      for (int c = 1; c < kChains; ++c)
+        acc[t * kChains] = _mm512_add_epi32(acc[t * kChains], acc[t * kChains + c]);
+    const __m512 d =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + F::kD)));
+    for (int t = 0; t < NT; ++t)
+      out[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t * kChains]),
+                               _mm512_mul_ps(d, _mm512_set1_ps(da[t][b])), out[t]);
+  }
+}
+
+template <QType kType>
+void run_tiles(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
+  const int64_t nb = a.n_in / kQK;
+  const size_t group_bytes = kTileRows * a.w_stride;
+  for (int64_t rt = row0; rt < row1; rt += kTileRows) {
+    const uint8_t* group = a.w + static_cast<size_t>(rt / kTileRows) * group_bytes;
+    const int nr = static_cast<int>(std::min<int64_t>(kTileRows, row1 - rt));
+    const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
+    for (int64_t t = tok0; t < tok1; t += kTileTok) {
+      const int nt = static_cast<int>(std::min<int64_t>(kTileTok, tok1 - t));
+      const uint8_t* act[kTileTok];
+      for (int i = 0; i < kTileTok; ++i)
+        act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
+      __m512 out[kTileTok];
+      const bool first = t == tok0;
+      switch (nt) {
+        case 8:
+          group_dot<kType, 8>(group, nb, act, a.n_in, first, out);
+          break;
+        case 7:
+          group_dot<kType, 7>(group, nb, act, a.n_in, first, out);
+          break;
+        case 6:
+          group_dot<kType, 6>(group, nb, act, a.n_in, first, out);
+          break;
+        case 5:
+          group_dot<kType, 5>(group, nb, act, a.n_in, first, out);
+          break;
+        case 4:
+          group_dot<kType, 4>(group, nb, act, a.n_in, first, out);
+          break;
+        case 3:
+          group_dot<kType, 3>(group, nb, act, a.n_in, first, out);
+          break;
+        case 2:
+          group_dot<kType, 2>(group, nb, act, a.n_in, first, out);
+          break;
+        default:
+          group_dot<kType, 1>(group, nb, act, a.n_in, first, out);
+          break;
+      }
+      for (int i = 0; i < nt; ++i) _mm512_mask_storeu_ps(a.y + (t + i) * a.ldy + rt, lanes, out[i]);
+    }
+  }
+}
+#endif  // SUSTAIN_VNNI
+
+TileFn RowTiles(QType t) {
+#if SUSTAIN_VNNI
+  switch (t) {
+    case QType::Q4_0:
+      return &run_tiles<QType::Q4_0>;
+    case QType::Q5_0:
+      return &run_tiles<QType::Q5_0>;
+    case QType::Q8_0:
+      return &run_tiles<QType::Q8_0>;
+    default:
+      return nullptr;
+  }
+#else
+  (void)t;
+  return nullptr;
+#endif
+}
+
+}  // namespace sustain::kernels::cpu::HWY_NAMESPACE
+SUSTAIN_SIMD_END();
+
+#if HWY_ONCE
+namespace sustain::kernels::cpu {
+
+HWY_EXPORT(RowTiles);
+
+TileFn row_tiles_tile(QType t) {
+  return HWY_DYNAMIC_DISPATCH(RowTiles)(t);
+}
+
+}  // namespace sustain::kernels::cpu
+#endif  // HWY_ONCE
