@@ -34,6 +34,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Args {
+  bool repack = false;  // --repack
   std::string model;
   std::vector<int64_t> depths = {0, 4096, 16384, 32768};
   std::vector<std::string> kv = {"f16"};  // each entry "k" or "k:v"
@@ -100,13 +101,16 @@ Args parse(int argc, char** argv) {
       else die("--layout must be tiled, rows or both, got '" + v + "'");
     } else if (f == "--verify") {
       for (auto& x : split(val())) a.verify.push_back(to_int("--verify", x, 0, 64));
+    } else if (f == "--repack") {
+      a.repack = true;
     } else if (f == "--batch") {
       for (auto& x : split(val())) a.batch.push_back(to_int("--batch", x, 1, 64));
     } else if (f == "-h" || f == "--help") {
       std::printf(
           "bench_depth -m MODEL [-d 0,4096,...] [-ctk f16,q8_0,q4_0:f16,...] [-p 512] [-n 64]\n"
           "            [-r 3] [-t THREADS] [--fill real|random] [--layout tiled|rows|both]\n"
-          "            [--verify 0,1,2,4,8,16] [--batch 1,2,4,8,16]\n"
+          "            [--verify 0,1,2,4,8,16] [--batch 1,2,4,8,16] [--repack]\n"
+          "  --repack: Q4_0/Q5_0/Q8_0 weights repacked at load (model/repack.h).\n"
           "  --verify: also time a speculative verify step (k + 1 tokens of one sequence,\n"
           "            logits for each) at every depth, -n steps per k; prints ms per step\n"
           "            and the cost relative to k = 0 (the verify-cost curve).\n"
@@ -159,6 +163,7 @@ void fill_random(kv::KvCache& cache, const kv::KvGeometry& g, kv::PageTable& t, 
 int main(int argc, char** argv) {
   using namespace sustain;
   const Args a = parse(argc, argv);
+  set_weight_repack(a.repack);
   auto model = Model::load(a.model);
   if (!model) die(model.status().message());
   const Model& m = **model;

@@ -244,6 +244,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   cfg.v_type = vt;
   cfg.kv_tiled = c.kv_tiled;
   cfg.swa_full = c.swa_full;
+  cfg.repack = c.repack;
   cfg.page_tokens = kPage;
   cfg.batch_tokens = c.batch;
   cfg.ubatch_tokens = c.ubatch;

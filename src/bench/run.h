@@ -40,6 +40,7 @@ struct BenchConfig {
   std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk / -ctv spellings
   bool kv_tiled = true;                                    // KV page layout
   bool swa_full = false;  // sliding-window layers keep the whole context (EngineConfig::swa_full)
+  bool repack = false;    // --repack (EngineConfig::repack)
   int64_t batch = 512, ubatch = 512;
   // The scheduler's TPOT target (engine::EngineConfig::tpot_target_ms) and
   // prefill age bound.

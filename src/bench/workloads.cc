@@ -215,7 +215,8 @@ json engine_conditions(const engine::EngineConfig& c) {
             {"ubatch_tokens", c.ubatch_tokens},
             {"prefix_cache", c.prefix_cache},
             {"deterministic", c.deterministic},
-            {"batch_invariant", c.batch_invariant}};
+            {"batch_invariant", c.batch_invariant},
+            {"repack", c.repack}};
   json spec = nullptr;
   if (c.spec.enabled()) {
     std::string types;

@@ -50,6 +50,7 @@ struct BenchArgs {
   std::string cache_type_k = "f16", cache_type_v = "f16";
   std::string kv_layout = "tiled";
   bool swa_full = false;
+  bool repack = false;
   int64_t batch = 512, ubatch = 512;
   std::string out;
   std::string prefill;
@@ -151,6 +152,7 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
   c.cache_type_v = a.cache_type_v;
   c.kv_tiled = kv_tiled(a.kv_layout);
   c.swa_full = a.swa_full;
+  c.repack = a.repack;
   c.batch = a.batch;
   c.ubatch = a.ubatch;
   {
@@ -356,6 +358,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--cache-type-v", a->cache_type_v, "V cache format (alias -ctv)")
       ->capture_default_str();
   add_kv_layout_flag(sub, a->kv_layout, "--kv-layout");
+  sub->add_flag("--repack", a->repack, kRepackHelp);
   sub->add_flag("--swa-full", a->swa_full,
                 "sliding-window models (Gemma 3): keep the window layers' K/V for the whole "
                 "context (by default they keep only their windows)");

@@ -82,6 +82,7 @@ int run_engine(const RunArgs& a, const spec::Config& sc, std::vector<int32_t> id
   ec.ubatch_tokens = a.m.ubatch;
   ec.prefix_cache = false;
   ec.batch_invariant = a.batch_invariant;
+  ec.repack = a.m.repack;
   ec.spec = sc;
   auto kt = kv_type(a.m.cache_type_k, "--cache-type-k");
   if (!kt) return fail(kt.status().message());

@@ -105,6 +105,7 @@ int serve_main(const ServeArgs& a, const engine::EngineRanks* ranks) {
   ec.state_snapshot_interval = a.state_snapshot_interval;
   ec.max_queue = a.max_queue;
   ec.deterministic = a.deterministic;
+  ec.repack = a.m.repack;
   if (Status st = apply_serving_flags(a.serving, ec); !st) return fail("serve: " + st.message());
   auto kt = kv_type(a.m.cache_type_k, "--cache-type-k");
   if (!kt) return fail(kt.status().message());
@@ -224,6 +225,7 @@ int serve_main(const ServeArgs& a, const engine::EngineRanks* ranks) {
               sc.model_name.c_str(), static_cast<long long>(ec.n_ctx), ec.n_parallel,
               static_cast<long long>((*eng)->kv_capacity_tokens()));
   std::fflush(stdout);
+  note_repack((*eng)->model());
   http.join();
   if (const int n = cut_off.load(); n >= 0) {
     // srv lives on this stack: let the signal thread's stop() return first.

@@ -30,7 +30,13 @@ struct ModelArgs {
   std::string kv_budget;  // --kv-budget: KV pool size in bytes ("2G", "1.5GiB", ...)
   bool no_bos = false;
   bool special = false;
+  bool repack = false;  // --repack (model/repack.h)
 };
+
+// --repack's help, and the note a command prints on stderr once a model
+// loaded with it (what was repacked, or why nothing was).
+extern const char* const kRepackHelp;
+void note_repack(const Model& m);
 
 // -m, -c, -t, -b; with_prompt adds -p / -f / --no-bos / --special.
 void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_cache);

@@ -99,6 +99,10 @@ struct EngineConfig {
   // decoding them, bit for bit, at the multi-row kernels' cost. Process-wide:
   // set when the engine is created.
   bool batch_invariant = false;
+  // --repack: Q4_0 / Q5_0 / Q8_0 weights repacked at load into 16-row tiles
+  // (model/repack.h). Process-wide: set when the engine is created, before
+  // any model (target, draft) is loaded.
+  bool repack = false;
   // Speculative decoding (spec/proposer.h): proposers, draft lengths. Off
   // when spec.types is empty and no extra proposer is given.
   spec::Config spec;

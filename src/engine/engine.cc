@@ -12,6 +12,7 @@
 #include "engine/relay.h"
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
+#include "model/repack.h"
 
 namespace sustain::engine {
 
@@ -45,6 +46,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& c) {
     return error(Code::kInvalidArgument, "engine: page size must be in [1, 4096] tokens, got {}", c.page_tokens);
   // Before any workspace is sized: the mode changes the attention scratch.
   set_batch_invariant(c.batch_invariant);
+  set_weight_repack(c.repack);
 
   // Proposers run on rank 0 (ngram, a draft model, the MTP block, the
   // bench's oracle); verify steps, rollback and a hybrid's state backups go

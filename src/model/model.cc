@@ -1,4 +1,5 @@
 #include "model/model.h"
+#include "model/repack.h"
 
 #include <algorithm>
 #include <cmath>
@@ -321,6 +322,8 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const Tens
     m->shard_ = *shard;
     m->cfg_ = shard_config(c, *shard);
   }
+  // After the cut: a rank repacks only its share.
+  if (weight_repack()) m->repack_ = repack_weights(w, m->owned_);
   return m;
 }
 

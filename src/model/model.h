@@ -17,6 +17,7 @@
 #include "kv/kv_cache.h"
 #include "model/arch_config.h"
 #include "model/batch.h"
+#include "model/repack.h"
 #include "model/shard.h"
 #include "model/stage.h"
 
@@ -126,6 +127,8 @@ class Model {
   const ArchConfig& config() const { return cfg_; }
   // The file's architecture (config() of a shard is the rank's part of it).
   const ArchConfig& file_config() const { return file_cfg_; }
+  // What --repack did at load (all zero when it was off).
+  const RepackReport& repack_report() const { return repack_; }
   const TensorShard* shard() const { return shard_ ? &*shard_ : nullptr; }
   const gguf::File& file() const { return file_; }
   const ModelWeights& weights() const { return w_; }
@@ -202,6 +205,7 @@ class Model {
   std::optional<TensorShard> shard_;
   // A shard's column slices (attn_output, ffn_down), copied out of the mapping.
   std::vector<std::unique_ptr<uint8_t[]>> owned_;
+  RepackReport repack_;
   ModelWeights w_;
 };
 

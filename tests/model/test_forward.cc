@@ -195,6 +195,54 @@ const RefCase kGemma3Cases[] = {
 INSTANTIATE_TEST_SUITE_P(Gemma3, ForwardVsLlamaCpp, ::testing::ValuesIn(kGemma3Cases),
                          [](const auto& info) { return case_name(info.param); });
 
+// --repack (model/repack.h): the Q4_0 / Q8_0 reference models with their
+// matrices repacked into 16-row tiles, against llama.cpp's logits with the
+// same bounds as the rows. The integer block sums are the same exact sums;
+// only the float accumulation differs.
+struct RepackScope {
+  RepackScope() { set_weight_repack(true); }
+  ~RepackScope() { set_weight_repack(false); }
+};
+
+const RefCase kRepackCases[] = {
+    {"tiny-llama-Q8_0", "p2_medium", "kvf16", kQErr, kQArgmax, kQKl},
+    {"tiny-llama-Q4_0", "p2_medium", "kvf16", kQErr, kQArgmax, kQKl},
+    {"aidreams260K-Q8_0", "p3_long_llama2c", "kvf16", kQErr, kQArgmax, kTrainedQKl},
+    {"tiny-qwen3moe-Q8_0", "p2_medium", "kvf16", kQErr, kQArgmax, kQKl},
+    {"tiny-gemma3-Q8_0", "p2_medium", "kvf16", kGemma3QErr, kGemma3QArgmax, kQKl},
+};
+
+class ForwardRepackedVsLlamaCpp : public ::testing::TestWithParam<RefCase> {};
+
+TEST_P(ForwardRepackedVsLlamaCpp, LogitsAgree) {
+  SUSTAIN_REQUIRE_REF();
+  if (!kernels::row_tiles_available(QType::Q8_0))
+    GTEST_SKIP() << "no repacked-weight kernels on this CPU (AVX-512 VNNI)";
+  const RefCase& c = GetParam();
+  const std::string stem = std::string(c.model) + "." + c.prompt + "." + c.cfg;
+  const RefData ref = read_ref(stem);
+  ASSERT_FALSE(HasFailure());
+  Engine e;
+  {
+    RepackScope on;
+    e = open_engine(ref_path(std::string("models/") + c.model + ".gguf"), 1024, 64, 2);
+  }
+  ASSERT_TRUE(e.model && e.cache);
+  const RepackReport& r = e.model->repack_report();
+  EXPECT_GT(r.matrices, 0) << r.skipped;
+  EXPECT_GT(r.bytes, 0);
+  // Prefill in one call, then the same positions one token a call: both
+  // within the bounds (the repacked kernel serves every token count).
+  for (int64_t chunk : {int64_t{512}, int64_t{1}}) {
+    const auto logits = run_sequence(e, ref.tokens, chunk);
+    ASSERT_EQ(logits.size(), ref.tokens.size());
+    check_against_ref(c, ref, logits, "repacked, chunk " + std::to_string(chunk) + " " + stem);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ref, ForwardRepackedVsLlamaCpp, ::testing::ValuesIn(kRepackCases),
+                         [](const auto& info) { return case_name(info.param); });
+
 TEST(ForwardGreedy, Gemma3MatchesLlamaCpp) {
   SUSTAIN_REQUIRE_REF();
   for (const char* prompt : {"p1_short", "p2_medium"})
