@@ -315,6 +315,21 @@ TEST(TensorSplitRun, GreedyTextIsIdentical) {
   EXPECT_EQ(run_text(h, 2, "--temp 0.9 -s 7 --split tensor"), run_text(h, 0, "--temp 0.9 -s 7"));
 }
 
+// --repack over ranks: each rank repacks its own share after the cut (the
+// tensor split's column copies, the layer split's blocks), and the greedy
+// text is the one process's, repacked or not.
+TEST(SplitRun, RepackedRanksGiveTheSameGreedyText) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  for (const std::string m : {"tiny-qwen3moe-Q8_0", "tiny-qwen35-Q8_0"}) {
+    SCOPED_TRACE(m);
+    const std::string greedy = run_text(m, 0, "--temp 0");
+    ASSERT_FALSE(greedy.empty());
+    EXPECT_EQ(run_text(m, 0, "--temp 0 --repack"), greedy);
+    EXPECT_EQ(run_text(m, 2, "--temp 0 --split tensor --repack"), greedy);
+    EXPECT_EQ(run_text(m, 2, "--temp 0 --split layer --repack"), greedy);
+  }
+}
+
 // bench --ablate split=tensor over ranks the model cannot be cut by tensors
 // (3 ranks, tiny-qwen35's 2 DeltaNet key heads) is refused before anything
 // is measured, saying why.
