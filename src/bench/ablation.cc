@@ -163,8 +163,8 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     if (eq == std::string::npos)
       return error(Code::kInvalidArgument,
                    "--ablate '{}': '{}' is not key=value (keys: ctk, ctv, kv, layout, prefix, "
-                   "batch, ubatch, threads, spec, draft, gate, draft_model, model, grammar, "
-                   "split)",
+                   "batch, ubatch, threads, repack, spec, draft, gate, draft_model, model, "
+                   "grammar, split)",
                    spec, kv);
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     any = true;
@@ -178,6 +178,11 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
                      "--ablate '{}': layout must be tiled or rows (KV page layout), got '{}'", spec,
                      v);
       row.cfg.kv_tiled = v == "tiled";
+    } else if (k == "repack") {
+      if (v != "on" && v != "off")
+        return error(Code::kInvalidArgument,
+                     "--ablate '{}': repack must be on or off (--repack), got '{}'", spec, v);
+      row.cfg.repack = v == "on";
     } else if (k == "prefix") {
       if (v != "on" && v != "off")
         return error(Code::kInvalidArgument, "--ablate '{}': prefix must be on or off, got '{}'",
@@ -256,7 +261,8 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
       return error(
           Code::kInvalidArgument,
           "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
-          "ubatch, threads, spec, draft, mtp_depth, gate, draft_model, model, grammar, split)",
+          "ubatch, threads, repack, spec, draft, mtp_depth, gate, draft_model, model, grammar, "
+          "split)",
           spec, k);
     }
   }

@@ -51,7 +51,7 @@ TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
   auto r = run_cli("bench -m " + tiny_model() +
                    " --ctx 64,128 -n 4 -r 2 -t 2 --concurrency 1,2 --conc-prompt 32 "
                    "--poisson-requests 2 --prefill 100 --bw-mib 64 --bw-reps 2 "
-                   "--ablate kv=q8_0 --ablate layout=rows --quality off -o " +
+                   "--ablate kv=q8_0 --ablate layout=rows --ablate repack=on --quality off -o " +
                    dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(dir + "/report.json"), std::string::npos) << r.out;
@@ -120,8 +120,12 @@ TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
   EXPECT_EQ(lv[1]["samples"].size(), 4u);
   EXPECT_EQ(lv[2]["mode"], "poisson");
   // Ablation: baseline and the switches, with their deltas: q8_0 KV tiled,
-  // then the same row by row.
-  ASSERT_EQ(j["ablation"]["rows"].size(), 3u);
+  // then the same row by row, then with the weights repacked (this K-quant
+  // model's Q8_0 matrices, where the CPU has the kernels).
+  ASSERT_EQ(j["ablation"]["rows"].size(), 4u);
+  EXPECT_EQ(j["ablation"]["rows"][2]["engine"]["repack"], false);
+  EXPECT_EQ(j["ablation"]["rows"][3]["engine"]["repack"], true);
+  EXPECT_EQ(j["ablation"]["rows"][3]["kv"]["kv_layout"], "rows");
   EXPECT_EQ(j["ablation"]["rows"][1]["kv"]["k_type"], "Q8_0");
   EXPECT_EQ(j["ablation"]["rows"][1]["kv"]["kv_layout"], "tiled");
   EXPECT_EQ(j["ablation"]["rows"][2]["kv"]["k_type"], "Q8_0");
@@ -300,6 +304,7 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"-m " + tiny_model() + " --ctx 64 --concurrency 0", "--concurrency"},
       {"-m " + tiny_model() + " --ctx 64 --ablate colour=blue", "colour"},
       {"-m " + tiny_model() + " --ctx 64 --ablate layout=diagonal", "layout must be tiled or rows"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate repack=yes", "repack must be on or off"},
       {"-m " + tiny_model() + " --ctx 64 --ablate spec=mtp,mtp_depth=17", "mtp_depth=17"},
       {"-m " + tiny_model() + " --ctx 64 --kv-layout diagonal", "--kv-layout"},
       {"-m " + tiny_model() + " --ctx 64 -n 1", "-n 1"},
