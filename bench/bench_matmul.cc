@@ -178,20 +178,15 @@ SUSTAIN_MATMUL_BENCH(BM_Prefill_Q5_0_2048x8192, Q5_0, 2048, 8192, 512);
 SUSTAIN_MATMUL_BENCH(BM_Prefill_F16_2048x8192, F16, 2048, 8192, 512);
 
 // Small batches: the argument is the number of tokens.
+void batch_args(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+  for (int n : {1, 2, 4, 8, 9, 12, 16}) b->Arg(n);
+}
 #define SUSTAIN_BATCH_BENCH(NAME, T, OUT, IN) \
   void NAME(benchmark::State& s) {            \
     run(s, QType::T, OUT, IN, s.range(0));    \
   }                                           \
-  BENCHMARK(NAME)                             \
-      ->UseRealTime()                         \
-      ->Unit(benchmark::kMicrosecond)         \
-      ->Arg(1)                                \
-      ->Arg(2)                                \
-      ->Arg(4)                                \
-      ->Arg(8)                                \
-      ->Arg(9)                                \
-      ->Arg(12)                               \
-      ->Arg(16)
+  BENCHMARK(NAME)->Apply(batch_args)
 
 SUSTAIN_BATCH_BENCH(BM_Batch_Q4_K_1536x576, Q4_K, 1536, 576);
 SUSTAIN_BATCH_BENCH(BM_Batch_Q4_K_576x1536, Q4_K, 576, 1536);
@@ -212,17 +207,7 @@ SUSTAIN_BATCH_BENCH(BM_Batch_Q4_0_2048x8192, Q4_0, 2048, 8192);
   void NAME(benchmark::State& s) {               \
     run(s, QType::T, OUT, IN, s.range(0), true); \
   }                                              \
-  BENCHMARK(NAME)                                \
-      ->UseRealTime()                            \
-      ->Unit(benchmark::kMicrosecond)            \
-      ->Arg(1)                                   \
-      ->Arg(2)                                   \
-      ->Arg(4)                                   \
-      ->Arg(8)                                   \
-      ->Arg(9)                                   \
-      ->Arg(12)                                  \
-      ->Arg(16)                                  \
-      ->Arg(512)
+  BENCHMARK(NAME)->Apply(batch_args)->Arg(512)
 
 SUSTAIN_REPACKED_BENCH(BM_Repacked_Q8_0_1536x576, Q8_0, 1536, 576);
 SUSTAIN_REPACKED_BENCH(BM_Repacked_Q5_0_1536x576, Q5_0, 1536, 576);

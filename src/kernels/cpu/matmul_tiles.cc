@@ -18,6 +18,9 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/matmul_tiles.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include <array>
+#include <utility>
+
 #include "hwy/highway.h"
 #include "kernels/block_util.h"
 #include "kernels/cpu/kernels.h"
@@ -129,6 +132,15 @@ inline void group_dot(const uint8_t* group, int64_t nb, const uint8_t* const* ac
   }
 }
 
+// group_dot for 1 .. kTileTok tokens, by token count - 1.
+using GroupDotFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, bool, __m512*);
+template <QType kType, size_t... I>
+constexpr std::array<GroupDotFn, sizeof...(I)> group_dots(std::index_sequence<I...>) {
+  return {&group_dot<kType, static_cast<int>(I) + 1>...};
+}
+template <QType kType>
+inline constexpr auto kGroupDot = group_dots<kType>(std::make_index_sequence<kTileTok>{});
+
 template <QType kType>
 void run_tiles(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
   const int64_t nb = a.n_in / kQK;
@@ -143,33 +155,7 @@ void run_tiles(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, in
       for (int i = 0; i < kTileTok; ++i)
         act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
       __m512 out[kTileTok];
-      const bool first = t == tok0;
-      switch (nt) {
-        case 8:
-          group_dot<kType, 8>(group, nb, act, a.n_in, first, out);
-          break;
-        case 7:
-          group_dot<kType, 7>(group, nb, act, a.n_in, first, out);
-          break;
-        case 6:
-          group_dot<kType, 6>(group, nb, act, a.n_in, first, out);
-          break;
-        case 5:
-          group_dot<kType, 5>(group, nb, act, a.n_in, first, out);
-          break;
-        case 4:
-          group_dot<kType, 4>(group, nb, act, a.n_in, first, out);
-          break;
-        case 3:
-          group_dot<kType, 3>(group, nb, act, a.n_in, first, out);
-          break;
-        case 2:
-          group_dot<kType, 2>(group, nb, act, a.n_in, first, out);
-          break;
-        default:
-          group_dot<kType, 1>(group, nb, act, a.n_in, first, out);
-          break;
-      }
+      kGroupDot<kType>[nt - 1](group, nb, act, a.n_in, t == tok0, out);
       for (int i = 0; i < nt; ++i) _mm512_mask_storeu_ps(a.y + (t + i) * a.ldy + rt, lanes, out[i]);
     }
   }
