@@ -45,7 +45,11 @@ RepackReport repack_weights(ModelWeights& w, std::vector<std::unique_ptr<uint8_t
       ++rep.kept;
     }
   };
-  const bool tied = w.output.data == w.token_embd.data;
+  // Tied: the output is the embedding itself. A tensor-split rank's output
+  // is a share of the vocabulary rows (the first rank's starts where the
+  // embedding does), a matrix of its own.
+  const bool tied = w.output.data == w.token_embd.data && w.output.n_out == w.token_embd.n_out &&
+                    w.output.n_in == w.token_embd.n_in && !w.output.tiled;
   consider(w.token_embd);
   if (!tied) consider(w.output);
   for (LayerWeights& L : w.layers) {

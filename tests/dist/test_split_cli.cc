@@ -244,6 +244,26 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorSplitLogits,
                            return s;
                          });
 
+// --repack under the tensor split: each rank repacks its share, the first
+// rank's share of the vocabulary rows (which starts where the tied
+// embedding does) as a matrix of its own, and the logits are one rank's
+// within the bounds above.
+TEST(TensorSplitLogits, RepackedRanksEqualOneRank) {
+  SUSTAIN_REQUIRE_MPIRUN();
+  for (const std::string m : {"tiny-qwen3moe-Q8_0", "tiny-qwen35-Q8_0"}) {
+    SCOPED_TRACE(m);
+    const std::string kv = " -ctk f32 -ctv f32";
+    const Logits one = logits(m, 0, kv, m + "_rone");
+    ASSERT_FALSE(one.v.empty());
+    const Logits split = logits(m, 2, "--split tensor --repack" + kv, m + "_rsplit");
+    ASSERT_EQ(split.v.size(), one.v.size());
+    std::vector<float> err = row_errors(one, split);
+    std::sort(err.begin(), err.end());
+    EXPECT_LE(err[err.size() / 2], 1e-4f) << "median row";
+    EXPECT_LE(err.back(), 3e-2f) << "worst row";
+  }
+}
+
 // Shares set the cuts: tiny-llama f32 (8 query heads in 2 KV groups, FFN of
 // 768 f32 columns) at 2,1.5 keeps whole KV groups (4 + 4 heads) and cuts the
 // FFN at round(768 · 2/3.5) = 439; three ranks at 2,1.5,1 need a group cut
