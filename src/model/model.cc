@@ -5,9 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include "kernels/delta_rule.h"
 #include "model/transformer.h"
 #include "model/weights.h"
@@ -73,17 +70,6 @@ int64_t count(const Ranges& rs) {
   return n;
 }
 
-// The rank reads only its copy of a matrix from now on: hand the mapped pages
-// of the source back (the page cache keeps them), so the process holds its
-// share and not the whole matrix.
-void release(const kernels::WeightView& v) {
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto src = reinterpret_cast<uintptr_t>(v.data);
-  const auto b = (src + page - 1) / page * page;
-  const auto e = (src + static_cast<size_t>(v.n_out) * v.row_bytes) / page * page;
-  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
-}
-
 // Input columns `cols` of a matrix, each range starting on a block boundary
 // of its format, copied row by row into `store` so the rank's share is
 // contiguous: a view over the whole rows read half of every row and
@@ -103,7 +89,7 @@ kernels::WeightView cols_of(kernels::WeightView v, const Ranges& cols,
       dst += n;
     }
   }
-  release(v);
+  hand_back_pages(v);  // the rank reads only its copy from now on
   v.data = buf.get();
   v.n_in = count(cols);
   v.row_bytes = row;
@@ -130,7 +116,7 @@ kernels::WeightView rows_of(kernels::WeightView v, const Ranges& rows,
                 n);
     dst += n;
   }
-  release(v);
+  hand_back_pages(v);  // the rank reads only its copy from now on
   v.data = buf.get();
   v.n_out = count(rows);
   store.push_back(std::move(buf));

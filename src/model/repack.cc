@@ -16,16 +16,15 @@ namespace {
 
 std::atomic<bool> g_repack{false};
 
-// The mapped pages wholly inside the view's rows go back to the page cache.
-void hand_back(const kernels::WeightView& v) {
+}  // namespace
+
+void hand_back_pages(const kernels::WeightView& v) {
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto src = reinterpret_cast<uintptr_t>(v.data);
   const auto b = (src + page - 1) / page * page;
   const auto e = (src + static_cast<size_t>(v.n_out) * v.row_bytes) / page * page;
   if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
-
-}  // namespace
 
 void set_weight_repack(bool on) {
   g_repack.store(on, std::memory_order_relaxed);
@@ -80,7 +79,7 @@ RepackReport repack_weights(ModelWeights& w, std::vector<std::unique_ptr<uint8_t
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
       done[i] = kernels::repack_rows(*todo[i], dst[i]);
-      hand_back(*todo[i]);
+      hand_back_pages(*todo[i]);
     }
   };
   const unsigned n = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);

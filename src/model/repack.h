@@ -20,7 +20,15 @@
 
 namespace sustain {
 
+namespace kernels {
+struct WeightView;
+}
 struct ModelWeights;
+
+// The mapped pages wholly inside a matrix's rows go back to the page cache
+// (MADV_DONTNEED): for a copy made at load (a rank's share, a repacked
+// matrix) the process then holds the copy and not the file's pages too.
+void hand_back_pages(const kernels::WeightView& v);
 
 void set_weight_repack(bool on);
 bool weight_repack();

@@ -48,9 +48,7 @@ TEST(HttpConnection, WhatARequestHoldsIsReleasedOnlyOnceItsResponseIsWritten) {
 
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(20, 0);
-  const auto t0 = std::chrono::steady_clock::now();
   auto r = client.Post("/hold", "", "text/plain");
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   received.set_value();
   for (int i = 0; i < 500 && released_early.load() < 0; ++i) std::this_thread::sleep_for(10ms);
   http.stop();
@@ -61,7 +59,6 @@ TEST(HttpConnection, WhatARequestHoldsIsReleasedOnlyOnceItsResponseIsWritten) {
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body.size(), 300'000u);
   EXPECT_EQ(released_early.load(), 0) << "the hold was released before the response was written";
-  EXPECT_LT(secs, 4.0) << "the response waited for the hold's release";
 }
 
 }  // namespace
