@@ -50,6 +50,10 @@ void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) {
   for (int64_t r = 0; r < n_rows; ++r) cpu::add(y + r * n, b, n);
 }
 
+void to_f16(const float* x, void* y, int64_t n) {
+  cpu::to_f16(x, static_cast<uint16_t*>(y), n);
+}
+
 void softmax(float* x, int64_t n) {
   cpu::softmax(x, n);
 }

@@ -113,6 +113,9 @@ void add(float* y, const float* x, int64_t n);
 void add_bias(float* y, const float* b, int64_t n_rows, int64_t n);
 // In-place softmax over n values.
 void softmax(float* x, int64_t n);
+// float -> f16 (IEEE binary16, round to nearest even): bit for bit
+// tensor/quant.h's quantize_f16, vectorised (the KV cache's f16 rows).
+void to_f16(const float* x, void* y, int64_t n);
 // Dequantizes row `row` of a (possibly quantized) matrix into out[n_in]: embedding lookup.
 void get_row(const WeightView& w, int64_t row, float* out);
 

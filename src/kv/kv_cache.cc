@@ -11,6 +11,7 @@
 #include <string>
 
 #include "base/checked_math.h"
+#include "kernels/ops.h"
 
 namespace sustain::kv {
 namespace {
@@ -334,9 +335,20 @@ void KvCache::copy_v_row(const PageTable& t, int layer, int head, int64_t pos,
     std::memcpy(out, block + g_.v_row_bytes() * s, g_.v_row_bytes());
 }
 
+namespace {
+
+// The row quantizer of a K/V format: tensor/'s, or for f16 the vectorised
+// conversion that writes the same bits (the append of every decode step).
+QuantizeFn store_quantizer(QType t) {
+  if (t == QType::F16) return &kernels::to_f16;
+  return qtype_traits(t).quantize;
+}
+
+}  // namespace
+
 void KvCache::store(const PageTable& t, int layer, int64_t pos, const float* k, const float* v) {
-  const QuantizeFn qk = qtype_traits(g_.k_type).quantize;
-  const QuantizeFn qv = qtype_traits(g_.v_type).quantize;
+  const QuantizeFn qk = store_quantizer(g_.k_type);
+  const QuantizeFn qv = store_quantizer(g_.v_type);
   uint8_t* base = layer_of(t, layer, pos);
   const int s = static_cast<int>(pos % g_.page_tokens);
   row_buf_.resize(std::max(g_.k_row_bytes(), g_.v_row_bytes()));

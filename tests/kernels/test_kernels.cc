@@ -582,6 +582,32 @@ TEST(Elementwise, QuantizeQ8_0ActivationIsBitExact) {
   }
 }
 
+TEST(Elementwise, ToF16IsBitForBitTheScalarConversion) {
+  std::vector<float> x = random_normal(300, 41, 100.0f);
+  // Halfway and rounding boundaries, overflow, subnormals, specials.
+  for (float v :
+       {0.0f,     -0.0f,    1.0f,     65504.0f,   65519.0f, 65519.99f,  65520.0f,   1e6f,
+        0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f, 0x1.002p0f, 0x1.003p0f, 0x1.001p0f,
+        1e-45f,   3e-39f,   INFINITY, -INFINITY,  NAN,      -NAN})
+    for (float sign : {1.0f, -1.0f}) x.push_back(sign * v);
+  uint32_t payload = 0xffa12345u;  // a signalling NaN with a payload in its high bits
+  float snan;
+  std::memcpy(&snan, &payload, 4);
+  x.push_back(snan);
+  for (int i = 0; i < 17; ++i) x.push_back(static_cast<float>(i) * 0.3333f);
+  for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, x.size()}) {
+    std::vector<uint16_t> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = f32_to_f16(x[i]);
+    for_each_target([&] {
+      std::vector<uint16_t> got(n, 0xdead);
+      to_f16(x.data(), got.data(), static_cast<int64_t>(n));
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[i], want[i]) << "x[" << i << "] = " << x[i] << ", n = " << n;
+    });
+    if (HasFailure()) return;
+  }
+}
+
 TEST(Elementwise, RmsNorm) {
   for (int64_t n : kSizes) {
     const auto x = random_normal(static_cast<size_t>(n), n, 3.0f);

@@ -201,6 +201,29 @@ void QuantizeQ8_0Act(const float* x, uint8_t* out, int64_t n_in, int code_offset
   }
 }
 
+// float -> f16, bit for bit tensor/fp16.h's f32_to_f16 (round to nearest
+// even; overflow to infinity). Where the target has F16C the conversion is
+// the hardware's, whose rounding is the same; a vector holding a NaN goes to
+// the scalar code, which keeps no NaN payload. Elsewhere (Highway's emulated
+// DemoteTo truncates) the whole row is scalar.
+void ToF16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET < HWY_SSE4 && !defined(HWY_DISABLE_F16C)
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(d, x + i);
+    if (!hn::AllFalse(d, hn::IsNaN(v))) {
+      for (int64_t j = 0; j < N; ++j) y[i + j] = f32_to_f16(x[i + j]);
+      continue;
+    }
+    hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(y + i));
+  }
+#endif
+  for (; i < n; ++i) y[i] = f32_to_f16(x[i]);
+}
+
 // One activation row of Q8_K blocks (the partner of the K-quants), bit for
 // bit what tensor/'s quantize_q8_k writes: per block of 256 the first
 // element of largest magnitude, max, sets iscale = -127 / max; codes are
@@ -282,6 +305,11 @@ void quantize_q8_0_activation(const float* x, uint8_t* out, int64_t n_in, int co
 }
 
 HWY_EXPORT(QuantizeQ8_KAct);
+HWY_EXPORT(ToF16);
+
+void to_f16(const float* x, uint16_t* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ToF16)(x, y, n);
+}
 
 void quantize_q8_k_activation(const float* x, uint8_t* out, int64_t n_in) {
   HWY_DYNAMIC_DISPATCH(QuantizeQ8_KAct)(x, out, n_in);

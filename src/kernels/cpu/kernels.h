@@ -76,6 +76,9 @@ TileFn kquant_packed_tile(QType t);  // Q3_K .. Q6_K (not Q2_K: its mins per 16)
 void quantize_q8_0_activation(const float* x, uint8_t* out, int64_t n_in, int code_offset);
 // One activation row of Q8_K blocks, byte for byte tensor/'s quantize_q8_k.
 void quantize_q8_k_activation(const float* x, uint8_t* out, int64_t n_in);
+// float -> f16, bit for bit tensor/'s quantize_f16 (the F16C instruction
+// where the target has it).
+void to_f16(const float* x, uint16_t* y, int64_t n);
 
 // Elementwise ops (dispatched).
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);
