@@ -60,18 +60,25 @@ size_t act_stride(QType w, int64_t n_in) {
   return align_up(ref::activation_row_bytes(w, n_in));
 }
 
+// The code offset whose lane sums the kernel for w reads with Q8_0
+// activations: the row kernels' (cpu::q8_0_code_offset); none for repacked
+// rows, whose kernel starts from the block sums.
+int code_offset(const WeightView& w) {
+  return w.tiled ? 0 : cpu::q8_0_code_offset(w.type);
+}
+
 // One activation row as the kernels read it: ref's layout, plus for Q8_0 the
 // per-block sums, f32 scales and offset lane sums (see cpu::q8_0_sums_offset).
-void quantize_row(QType w, const float* x, uint8_t* out, int64_t n_in) {
-  if (activation_type(w) == QType::Q8_0) {
-    cpu::quantize_q8_0_activation(x, out, n_in, cpu::q8_0_code_offset(w));
+void quantize_row(const WeightView& w, const float* x, uint8_t* out) {
+  if (activation_type(w.type) == QType::Q8_0) {
+    cpu::quantize_q8_0_activation(x, out, w.n_in, code_offset(w));
     return;
   }
-  if (activation_type(w) == QType::Q8_K) {
-    cpu::quantize_q8_k_activation(x, out, n_in);
+  if (activation_type(w.type) == QType::Q8_K) {
+    cpu::quantize_q8_k_activation(x, out, w.n_in);
     return;
   }
-  ref::quantize_activation(w, x, out, n_in);
+  ref::quantize_activation(w.type, x, out, w.n_in);
 }
 
 }  // namespace
@@ -147,7 +154,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
     a.act = act;
     a.act_stride = stride;
     auto quantize = [&](size_t t0, size_t t1, int) {
-      for (size_t t = t0; t < t1; ++t) quantize_row(w.type, x + t * ldx, act + t * stride, w.n_in);
+      for (size_t t = t0; t < t1; ++t) quantize_row(w, x + t * ldx, act + t * stride);
     };
     if (n_tokens == 1) {
       quantize(0, 1, 0);  // not worth waking the pool for one row
@@ -229,7 +236,7 @@ bool shares_activations(std::span<const MatmulJob> jobs, size_t j) {
   return p.n_tokens > 0 && p.w.n_out > 0 && p.x == c.x && p.ldx == c.ldx &&
          p.n_tokens == c.n_tokens && p.w.n_in == c.w.n_in &&
          activation_type(p.w.type) == activation_type(c.w.type) &&
-         cpu::q8_0_code_offset(p.w.type) == cpu::q8_0_code_offset(c.w.type);
+         code_offset(p.w) == code_offset(c.w);
 }
 
 }  // namespace
@@ -329,9 +336,8 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scrat
       const size_t j = quant_rows[i] >> 32;
       const auto t = static_cast<int64_t>(quant_rows[i] & 0xffffffffu);
       const MatmulJob& m = jobs[j];
-      quantize_row(m.w.type, m.x + t * m.ldx,
-                   const_cast<uint8_t*>(prepared[j].a.act) + t * prepared[j].a.act_stride,
-                   m.w.n_in);
+      quantize_row(m.w, m.x + t * m.ldx,
+                   const_cast<uint8_t*>(prepared[j].a.act) + t * prepared[j].a.act_stride);
     }
   };
   if (quant_rows.size() <= 2) {

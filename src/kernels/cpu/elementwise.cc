@@ -161,10 +161,12 @@ void QuantizeQ8_0Act(const float* x, uint8_t* out, int64_t n_in, int code_offset
   const auto one = hn::Set(d, 1.0f);
   const auto lim = hn::Set(d, 127.0f);
   const auto big = hn::Set(d, 0x1p31f);
+  auto* lanes = reinterpret_cast<int32_t*>(out + q8_0_lanesums_offset(n_in));
   for (int64_t b = 0; b < n_in / kQK; ++b) {
     const float* xb = x + b * kQK;
     BlockQ8_0& blk = blocks[b];
     bool scalar = N > kQK || kQK % N != 0;
+    auto codes_sum = hn::Zero(d);  // the block's codes as floats: an exact integer sum
     auto amax = hn::Zero(d);
     for (int64_t j = 0; !scalar && j < kQK; j += N) {
       const auto v = hn::LoadU(d, xb + j);
@@ -185,19 +187,46 @@ void QuantizeQ8_0Act(const float* x, uint8_t* out, int64_t n_in, int code_offset
                                 hn::Add(t, hn::CopySign(one, v)), t);
         r = hn::Min(hn::Max(r, hn::Neg(lim)), lim);
         r = hn::IfThenElseZero(hn::Lt(hn::Abs(v), big), r);
+        codes_sum = hn::Add(codes_sum, r);
         hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, r)), d8, blk.qs + j);
       }
     }
-    int32_t s = 0;
-    for (int j = 0; j < kQK; ++j) s += blk.qs[j];
-    sums[b] = s;
+    if (scalar) {
+      int32_t s = 0;
+      for (int j = 0; j < kQK; ++j) s += blk.qs[j];
+      sums[b] = s;
+    } else {
+      sums[b] = static_cast<int32_t>(hn::GetLane(hn::SumOfLanes(d, codes_sum)));
+    }
     scales[b] = f16_to_f32(blk.d);
-  }
-  if (code_offset == 0) return;
-  auto* lanes = reinterpret_cast<int32_t*>(out + q8_0_lanesums_offset(n_in));
-  for (int64_t g = 0; g < n_in / 4; ++g) {
-    const int8_t* q = blocks[g / 8].qs + 4 * (g % 8);
-    lanes[g] = -code_offset * (q[0] + q[1] + q[2] + q[3]);
+    if (code_offset == 0) continue;
+    int32_t* lane = lanes + b * (kQK / 4);
+#if HWY_TARGET == HWY_SCALAR
+    const bool scalar_lanes = true;
+#else
+    const bool scalar_lanes = scalar || N % 4 != 0;
+#endif
+    if (scalar_lanes) {
+      for (int g = 0; g < kQK / 4; ++g) {
+        const int8_t* q = blk.qs + 4 * g;
+        lane[g] = -code_offset * (q[0] + q[1] + q[2] + q[3]);
+      }
+    }
+#if HWY_TARGET != HWY_SCALAR
+    else {
+      // Sums of each 4 codes: the two 32-bit shuffles inside 128-bit blocks
+      // leave a group's sum in all four of its lanes (exact: integers).
+      const auto off = hn::Set(d, static_cast<float>(-code_offset));
+      HWY_ALIGN int32_t quad[hn::MaxLanes(di)];
+      for (int64_t j = 0; j < kQK; j += N) {
+        const auto c = hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, blk.qs + j)));
+        const auto pairs = hn::Add(c, hn::Shuffle2301(c));
+        hn::StoreU(hn::ConvertTo(di, hn::Mul(off, hn::Add(pairs, hn::Shuffle1032(pairs)))), di,
+                   quad);
+        for (int64_t k = 0; k < N / 4; ++k) lane[j / 4 + k] = quad[4 * k];
+      }
+    }
+#endif
   }
 }
 
