@@ -9,10 +9,11 @@
 namespace sustain {
 namespace {
 
-// Byte offsets inside one group block (16 rows x one 32-element block).
+// Byte offsets inside one group block (16 rows x one block of the format).
 struct GroupLayout {
   size_t codes = 0;  // u32 code dwords, [n_dwords][16]
-  int n_dwords = 0;  // dwords of codes per row: 4 (nibbles) or 8 (bytes)
+  int n_dwords = 0;  // dwords per row: 4 (nibbles), 8 (bytes) or 36 (Q4_K's block)
+  bool has_d = true;  // d[16] f16 at `d` (Q4_K: inside the dwords)
   size_t hi = 0;     // Q5_0: u64[8] fifth bits; else unused
   size_t d = 0;      // f16[16]
   size_t bytes = 0;
@@ -37,6 +38,11 @@ GroupLayout layout(QType t) {
       g.d = 512;
       g.bytes = 544;
       break;
+    case QType::Q4_K:  // the whole block as dwords (d and dmin in dword 0)
+      g.n_dwords = sizeof(BlockQ4_K) / 4;
+      g.has_d = false;
+      g.bytes = kTileRows * sizeof(BlockQ4_K);
+      break;
     default:
       SUSTAIN_CHECK(false);
   }
@@ -57,6 +63,8 @@ BlockFields fields(QType t) {
               sizeof(BlockQ5_0)};
     case QType::Q8_0:
       return {offsetof(BlockQ8_0, d), 0, offsetof(BlockQ8_0, qs), sizeof(BlockQ8_0)};
+    case QType::Q4_K:  // no separate d: its dwords carry it
+      return {0, 0, 0, sizeof(BlockQ4_K)};
     default:
       SUSTAIN_CHECK(false);
       return {};
@@ -66,7 +74,12 @@ BlockFields fields(QType t) {
 }  // namespace
 
 bool row_tiles_format(QType t) {
-  return t == QType::Q4_0 || t == QType::Q5_0 || t == QType::Q8_0;
+  return t == QType::Q4_0 || t == QType::Q5_0 || t == QType::Q8_0 || t == QType::Q4_K;
+}
+
+// Elements per block of a row_tiles_format.
+static int64_t block_elems(QType t) {
+  return t == QType::Q4_K ? kQK_K : kQK;
 }
 
 size_t row_tiles_bytes(QType t, int64_t n_out, int64_t n_in) {
@@ -76,11 +89,11 @@ size_t row_tiles_bytes(QType t, int64_t n_out, int64_t n_in) {
 
 void to_row_tiles(QType t, const void* rows, size_t row_bytes, int64_t n_out, int64_t n_in,
                   void* tiles) {
-  SUSTAIN_CHECK(row_tiles_format(t) && n_in % kQK == 0);
+  SUSTAIN_CHECK(row_tiles_format(t) && n_in % block_elems(t) == 0);
   const GroupLayout g = layout(t);
   const BlockFields f = fields(t);
   SUSTAIN_CHECK(g.bytes == kTileRows * f.bytes);
-  const int64_t nb = n_in / kQK;
+  const int64_t nb = n_in / block_elems(t);
   const int64_t groups = (n_out + kTileRows - 1) / kTileRows;
   auto* out = static_cast<uint8_t*>(tiles);
   // Group block by group block, each written once and whole (rows past
@@ -99,7 +112,7 @@ void to_row_tiles(QType t, const void* rows, size_t row_bytes, int64_t n_out, in
         for (int k = 0; k < g.n_dwords; ++k)
           std::memcpy(gb + g.codes + (static_cast<size_t>(k) * kTileRows + r) * 4,
                       blk + f.qs + 4 * k, 4);
-        std::memcpy(gb + g.d + 2 * static_cast<size_t>(r), blk + f.d, 2);
+        if (g.has_d) std::memcpy(gb + g.d + 2 * static_cast<size_t>(r), blk + f.d, 2);
         if (t == QType::Q5_0) {
           uint32_t qh = 0;
           std::memcpy(&qh, blk + f.qh, 4);
@@ -113,10 +126,10 @@ void to_row_tiles(QType t, const void* rows, size_t row_bytes, int64_t n_out, in
 }
 
 void from_row_tiles(QType t, const void* tiles, int64_t n_in, int64_t r, void* row) {
-  SUSTAIN_CHECK(row_tiles_format(t) && n_in % kQK == 0);
+  SUSTAIN_CHECK(row_tiles_format(t) && n_in % block_elems(t) == 0);
   const GroupLayout g = layout(t);
   const BlockFields f = fields(t);
-  const int64_t nb = n_in / kQK;
+  const int64_t nb = n_in / block_elems(t);
   const int64_t gi = r / kTileRows;
   const int lane = static_cast<int>(r % kTileRows);
   auto* out = static_cast<uint8_t*>(row);
@@ -127,7 +140,7 @@ void from_row_tiles(QType t, const void* tiles, int64_t n_in, int64_t r, void* r
     for (int k = 0; k < g.n_dwords; ++k)
       std::memcpy(blk + f.qs + 4 * k,
                   gb + g.codes + (static_cast<size_t>(k) * kTileRows + lane) * 4, 4);
-    std::memcpy(blk + f.d, gb + g.d + 2 * static_cast<size_t>(lane), 2);
+    if (g.has_d) std::memcpy(blk + f.d, gb + g.d + 2 * static_cast<size_t>(lane), 2);
     if (t == QType::Q5_0) {
       uint32_t qh = 0;
       for (int k = 0; k < 8; ++k) {

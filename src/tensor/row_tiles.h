@@ -1,10 +1,10 @@
-// The row-tile layout of the 32-element formats Q4_0, Q5_0 and Q8_0: a
-// matrix's rows repacked once, at load, so that the kernels read 16 rows'
-// codes in one vector without unpacking them on every call
-// (`--repack`, docs/kernels.md "Repacked weights").
+// The row-tile layout of Q4_0, Q5_0, Q8_0 and Q4_K: a matrix's rows repacked
+// once, at load, so that the kernels read 16 rows' codes in one vector
+// without unpacking them on every call (`--repack`, docs/kernels.md
+// "Repacked weights").
 //
 // Rows go in groups of kTileRows; a group's blocks follow one another, each
-// block of the group holding the same 32 elements of its 16 rows:
+// block of the group holding the same 32 (Q4_K: 256) elements of its 16 rows:
 //   Q4_0 (288 bytes): nib[4][16] u32  dword j of row r's qs (low nibbles:
 //                                     elements 4j..4j+3; high: 16+4j..)
 //                     d[16] f16
@@ -14,6 +14,11 @@
 //                     d[16] f16
 //   Q8_0 (544 bytes): qs[8][16] u32   dword k of row r's qs (elements 4k..4k+3)
 //                     d[16] f16
+//   Q4_K (2304 bytes): w[36][16] u32  dword k of row r's 144-byte block: k = 0
+//                                     d | dmin << 16, k = 1..3 the 12 scale
+//                                     bytes, k = 4..35 qs (dword 8j + i of qs:
+//                                     low nibbles elements 64j+4i..+3, high
+//                                     nibbles 64j+32+4i..+3)
 // A group block is exactly 16 row blocks' bytes, so a matrix takes what its
 // rows take, rounded up to whole groups (the rows past n_out are zero), and
 // group g starts at byte g * 16 * row_bytes. Nothing is dropped: every row
@@ -29,7 +34,7 @@ namespace sustain {
 
 inline constexpr int kTileRows = 16;
 
-// Whether `t` has a row-tile layout (Q4_0, Q5_0, Q8_0).
+// Whether `t` has a row-tile layout (Q4_0, Q5_0, Q8_0, Q4_K).
 bool row_tiles_format(QType t);
 
 // Bytes of the row-tile copy of an [n_out, n_in] matrix: whole groups of 16 rows.

@@ -356,7 +356,12 @@ WeightView tiled_view(const Problem& p, std::vector<uint8_t>& store) {
   return repack_rows(p.view(), store.data());
 }
 
-constexpr QType kTileFormats[] = {QType::Q4_0, QType::Q5_0, QType::Q8_0};
+constexpr QType kTileFormats[] = {QType::Q4_0, QType::Q5_0, QType::Q8_0, QType::Q4_K};
+
+// Elements of a block of a repacked format: a shape's n_in is a multiple.
+int64_t tile_block(QType t) {
+  return t == QType::Q4_K ? 256 : 32;
+}
 
 std::vector<float> run_view(const WeightView& v, const Problem& p, ThreadPool& pool) {
   std::vector<float> y(static_cast<size_t>(p.n_tok * p.ldy), NAN);
@@ -375,9 +380,9 @@ TEST(RowTilesMatmul, MatchesTheReferenceOnAwkwardShapes) {
   uint64_t seed = 3000;
   for (QType t : kTileFormats)
     for (int64_t n_out : {1, 3, 16, 17, 37, 257})
-      for (int64_t n_in : {32, 96, 768, 2816})
+      for (int64_t n_in : {32, 96, 256, 768, 2816})
         for (int64_t n_tok : {1, 5, 8, 9, 17}) {
-          if (n_out * n_in * n_tok > 4'000'000) continue;
+          if (n_out * n_in * n_tok > 4'000'000 || n_in % tile_block(t) != 0) continue;
           const Problem p = make_problem(t, n_out, n_in, n_tok, seed++);
           std::vector<uint8_t> store;
           const WeightView tv = tiled_view(p, store);
@@ -392,9 +397,11 @@ TEST(RowTilesMatmul, MatchesTheReferenceOnAwkwardShapes) {
           if (HasFailure()) return;
         }
   // Prefill-sized: 64 tokens.
-  const Problem p = make_problem(QType::Q5_0, 33, 768, 64, 77);
-  std::vector<uint8_t> store;
-  expect_close(p, run_view(tiled_view(p, store), p, pool), run_ref(p), abs_dots(p), 1e-5);
+  for (QType t : {QType::Q5_0, QType::Q4_K}) {
+    const Problem p = make_problem(t, 33, 768, 64, 77);
+    std::vector<uint8_t> store;
+    expect_close(p, run_view(tiled_view(p, store), p, pool), run_ref(p), abs_dots(p), 1e-5);
+  }
 }
 
 // Each token's row sums come out bit for bit as a one-token call computes
@@ -404,7 +411,8 @@ TEST(RowTilesMatmul, EveryTokenAsItsOwnCallComputesIt) {
   ThreadPool pool(2);
   for (QType t : kTileFormats)
     for (int64_t n_tok : {2, 7, 8, 9, 16, 17}) {
-      const Problem p = make_problem(t, 37, 96, n_tok, 4000 + static_cast<uint64_t>(n_tok));
+      const Problem p =
+          make_problem(t, 37, 3 * tile_block(t), n_tok, 4000 + static_cast<uint64_t>(n_tok));
       std::vector<uint8_t> store;
       const WeightView tv = tiled_view(p, store);
       const auto all = run_view(tv, p, pool);
@@ -429,16 +437,15 @@ TEST(RowTilesMatmul, BatchJobsAndGetRow) {
     int64_t n_out;
     bool tiled;
   };
-  const std::vector<Spec> specs = {{QType::Q5_0, 50, true},
-                                   {QType::Q5_0, 17, false},
-                                   {QType::Q8_0, 33, true},
-                                   {QType::Q4_0, 300, true}};
+  const std::vector<Spec> specs = {{QType::Q5_0, 50, true}, {QType::Q5_0, 17, false},
+                                   {QType::Q8_0, 33, true}, {QType::Q4_0, 300, true},
+                                   {QType::Q4_K, 40, true}, {QType::Q4_K, 18, false}};
   for (int64_t n_tok : {1, 3, 9}) {
     std::vector<Problem> ps;
     std::vector<std::vector<uint8_t>> stores(specs.size());
     std::vector<WeightView> views;
     for (size_t j = 0; j < specs.size(); ++j) {
-      ps.push_back(make_problem(specs[j].type, specs[j].n_out, 96, n_tok, 5000 + j));
+      ps.push_back(make_problem(specs[j].type, specs[j].n_out, 256, n_tok, 5000 + j));
       ps.back().x = ps.front().x;  // one input for every job
       views.push_back(specs[j].tiled ? tiled_view(ps.back(), stores[j]) : ps.back().view());
     }
@@ -460,10 +467,10 @@ TEST(RowTilesMatmul, BatchJobsAndGetRow) {
     }
   }
   for (QType t : kTileFormats) {
-    const Problem p = make_problem(t, 21, 96, 1, 6000);
+    const Problem p = make_problem(t, 21, 256, 1, 6000);
     std::vector<uint8_t> store;
     const WeightView tv = tiled_view(p, store);
-    std::vector<float> a(96), b(96);
+    std::vector<float> a(256), b(256);
     for (int64_t r : {0, 15, 16, 20}) {
       get_row(p.view(), r, a.data());
       get_row(tv, r, b.data());

@@ -195,8 +195,8 @@ const RefCase kGemma3Cases[] = {
 INSTANTIATE_TEST_SUITE_P(Gemma3, ForwardVsLlamaCpp, ::testing::ValuesIn(kGemma3Cases),
                          [](const auto& info) { return case_name(info.param); });
 
-// --repack (model/repack.h): the Q4_0 / Q8_0 reference models with their
-// matrices repacked into 16-row tiles, against llama.cpp's logits with the
+// --repack (model/repack.h): the Q4_0 / Q8_0 / Q4_K_M reference models with
+// their matrices repacked into 16-row tiles, against llama.cpp's logits with the
 // same bounds as the rows. The integer block sums are the same exact sums;
 // only the float accumulation differs.
 struct RepackScope {
@@ -210,6 +210,9 @@ const RefCase kRepackCases[] = {
     {"aidreams260K-Q8_0", "p3_long_llama2c", "kvf16", kQErr, kQArgmax, kTrainedQKl},
     {"tiny-qwen3moe-Q8_0", "p2_medium", "kvf16", kQErr, kQArgmax, kQKl},
     {"tiny-gemma3-Q8_0", "p2_medium", "kvf16", kGemma3QErr, kGemma3QArgmax, kQKl},
+    // Q4_K matrices repacked beside Q5_0 / Q8_0 / Q6_K rows, with the rows' bounds.
+    {"tiny-llama-Q4_K_M", "p2_medium", "kvq8fa", 0.2, 0.94, 1e-4},
+    {"tiny-qwen3-Q4_K_M", "p2_medium", "kvq8fa", 0.2, 0.8, 1e-4},
 };
 
 class ForwardRepackedVsLlamaCpp : public ::testing::TestWithParam<RefCase> {};

@@ -25,9 +25,10 @@ std::vector<uint8_t> random_rows(QType t, int64_t n_out, int64_t n_in, uint32_t 
 }
 
 TEST(RowTiles, EveryRowComesBackByteForByte) {
-  for (QType t : {QType::Q4_0, QType::Q5_0, QType::Q8_0}) {
+  for (QType t : {QType::Q4_0, QType::Q5_0, QType::Q8_0, QType::Q4_K}) {
     for (int64_t n_out : {1, 15, 16, 17, 40})
-      for (int64_t n_in : {32, 96, 576}) {
+      for (int64_t n_in : {32, 96, 256, 576, 768}) {
+        if (n_in % (t == QType::Q4_K ? 256 : 32) != 0) continue;
         SCOPED_TRACE(std::string(qtype_name(t)) + " " + std::to_string(n_out) + "x" +
                      std::to_string(n_in));
         const size_t rb = qtype_row_bytes(t, static_cast<uint64_t>(n_in));
@@ -48,7 +49,8 @@ TEST(RowTiles, EveryRowComesBackByteForByte) {
         }
       }
   }
-  EXPECT_FALSE(row_tiles_format(QType::Q4_K));
+  EXPECT_TRUE(row_tiles_format(QType::Q4_K));
+  EXPECT_FALSE(row_tiles_format(QType::Q6_K));
   EXPECT_FALSE(row_tiles_format(QType::Q4_1));
   EXPECT_TRUE(row_tiles_format(QType::Q5_0));
 }

@@ -1,5 +1,5 @@
-// Matmul kernels for repacked weights (tensor/row_tiles.h): Q4_0, Q5_0 and
-// Q8_0 rows in groups of 16, read in place on AVX-512 VNNI (AVX3_DL).
+// Matmul kernels for repacked weights (tensor/row_tiles.h): Q4_0, Q5_0, Q8_0
+// and Q4_K rows in groups of 16, read in place on AVX-512 VNNI (AVX3_DL).
 //
 // A group block's code dwords load straight into vectors whose int32 lane r
 // is row r: Q8_0's after flipping each byte's sign bit (codes + 128), Q4_0's
@@ -18,8 +18,10 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/matmul_tiles.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include <algorithm>
 #include <array>
 #include <utility>
+#include <vector>
 
 #include "hwy/highway.h"
 #include "kernels/block_util.h"
@@ -160,6 +162,143 @@ void run_tiles(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, in
     }
   }
 }
+// Q4_K (row_tiles.h): a group block is a 256-element super-block of 16 rows,
+// every dword of the row block transposed, so dword 0 gives the 16 rows' d
+// and dmin, dwords 1..3 their 6-bit scales and mins, and each of the 32 qs
+// dwords two code vectors (low nibbles: sub-block 2j, high: 2j + 1 of the
+// 64-element chunk j). Per sub-block the codes dot the Q8_K activations in
+// exact int32 lanes, times the sub-block's scale (vpmulld); the mins come
+// off through the activations' 16-element sums (vpdpwssd, exact int32):
+//   y_r += da * (d_r * sum_s sc_rs * dot_rs - dmin_r * sum_s m_rs * asum_s).
+inline constexpr size_t kQ4KGroupBytes = kTileRows * sizeof(BlockQ4_K);
+
+template <int kShift>
+inline __m512i field6(__m512i v) {
+  return _mm512_and_si512(_mm512_srli_epi32(v, kShift), _mm512_set1_epi32(63));
+}
+// A scale (min) of sub-blocks 4..7: its low 4 bits from dword 3 at
+// kLowShift, its high 2 from the top of byte s of dword 1 (2).
+template <int kLowShift, int kHighShift>
+inline __m512i field_hi(__m512i low, __m512i high) {
+  return _mm512_or_si512(
+      _mm512_and_si512(_mm512_srli_epi32(low, kLowShift), _mm512_set1_epi32(15)),
+      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(high, kHighShift), _mm512_set1_epi32(3)),
+                        4));
+}
+
+// NT tokens' sums over super-blocks [b0, b1) of one group, added to out[].
+// v's int32 lanes (each below 2^15) as two equal int16s.
+inline __m512i dup16(__m512i v) {
+  return _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
+}
+
+template <int NT>
+inline void group_dot_q4k(const uint8_t* group, int64_t b0, int64_t b1, const uint8_t* const* act,
+                          bool prefetch, __m512* out) {
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const int64_t nsb = b1;
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* gb = group + static_cast<size_t>(b) * kQ4KGroupBytes;
+    if (prefetch && b + 1 < nsb) {
+      const char* p = reinterpret_cast<const char*>(gb + kQ4KGroupBytes);
+      for (size_t l = 0; l < kQ4KGroupBytes; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+    }
+    const __m512i dd = _mm512_loadu_si512(gb);
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+    const __m512i s0 = _mm512_loadu_si512(gb + 64), s1 = _mm512_loadu_si512(gb + 128),
+                  s2 = _mm512_loadu_si512(gb + 192);
+    const __m512i sc[8] = {field6<0>(s0),
+                           field6<8>(s0),
+                           field6<16>(s0),
+                           field6<24>(s0),
+                           field_hi<0, 6>(s2, s0),
+                           field_hi<8, 14>(s2, s0),
+                           field_hi<16, 22>(s2, s0),
+                           field_hi<24, 30>(s2, s0)};
+    // Each min twice, as two int16 in a dword: one vpdpwssd with a dword
+    // of the activations' 16-element sums adds m_s * (bsums[2s] + bsums[2s+1]).
+    const __m512i mn[8] = {dup16(field6<0>(s1)),
+                           dup16(field6<8>(s1)),
+                           dup16(field6<16>(s1)),
+                           dup16(field6<24>(s1)),
+                           dup16(field_hi<4, 6>(s2, s1)),
+                           dup16(field_hi<12, 14>(s2, s1)),
+                           dup16(field_hi<20, 22>(s2, s1)),
+                           dup16(field_hi<28, 30>(s2, s1))};
+    __m512i sum[NT];
+    for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_si512();
+    // One token leaves two dpbusd chains per chunk too short to hide their
+    // latency: then each runs as two (exact integers: every token count
+    // computes the same sums).
+    constexpr int kChains = NT == 1 ? 2 : 1;
+    for (int j = 0; j < 4; ++j) {
+      __m512i lo[8], hi[8];
+      for (int i = 0; i < 8; ++i) {
+        const __m512i n = _mm512_loadu_si512(gb + 64 * (4 + 8 * j + i));
+        lo[i] = _mm512_and_si512(n, m4);
+        hi[i] = _mm512_and_si512(_mm512_srli_epi16(n, 4), m4);
+      }
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* q = a[t][b].qs + 64 * j;
+        __m512i al[kChains], ah[kChains];
+        for (int c = 0; c < kChains; ++c) al[c] = ah[c] = _mm512_setzero_si512();
+        for (int i = 0; i < 8; ++i) {
+          al[i % kChains] = _mm512_dpbusd_epi32(al[i % kChains], lo[i], bcast4(q + 4 * i));
+          ah[i % kChains] = _mm512_dpbusd_epi32(ah[i % kChains], hi[i], bcast4(q + 32 + 4 * i));
+        }
+        for (int c = 1; c < kChains; ++c) {
+          al[0] = _mm512_add_epi32(al[0], al[c]);
+          ah[0] = _mm512_add_epi32(ah[0], ah[c]);
+        }
+        sum[t] =
+            _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(al[0], sc[2 * j]),
+                                                      _mm512_mullo_epi32(ah[0], sc[2 * j + 1])));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& q = a[t][b];
+      __m512i ms = _mm512_setzero_si512();
+      for (int s = 0; s < 8; ++s)
+        ms = _mm512_dpwssd_epi32(ms, mn[s],
+                                 _mm512_set1_epi32(static_cast<int>(
+                                     load_u32(reinterpret_cast<const uint8_t*>(q.bsums + 2 * s)))));
+      const __m512 da = _mm512_set1_ps(q.d);
+      out[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(d, da), out[t]);
+      out[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmin, da), out[t]);
+    }
+  }
+}
+
+using GroupDotQ4KFn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t* const*, bool,
+                               __m512*);
+template <size_t... I>
+constexpr std::array<GroupDotQ4KFn, sizeof...(I)> group_dots_q4k(std::index_sequence<I...>) {
+  return {&group_dot_q4k<static_cast<int>(I) + 1>...};
+}
+inline constexpr auto kGroupDotQ4K = group_dots_q4k(std::make_index_sequence<kTileTok>{});
+
+void run_tiles_q4k(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
+  const int64_t nsb = a.n_in / kQK_K;
+  const size_t group_bytes = kTileRows * a.w_stride;
+  for (int64_t rt = row0; rt < row1; rt += kTileRows) {
+    const uint8_t* group = a.w + static_cast<size_t>(rt / kTileRows) * group_bytes;
+    const int nr = static_cast<int>(std::min<int64_t>(kTileRows, row1 - rt));
+    const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
+    for (int64_t t = tok0; t < tok1; t += kTileTok) {
+      const int nt = static_cast<int>(std::min<int64_t>(kTileTok, tok1 - t));
+      const uint8_t* act[kTileTok];
+      for (int i = 0; i < kTileTok; ++i)
+        act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
+      __m512 out[kTileTok];
+      for (int i = 0; i < kTileTok; ++i) out[i] = _mm512_setzero_ps();
+      kGroupDotQ4K[nt - 1](group, 0, nsb, act, t == tok0, out);
+      for (int i = 0; i < nt; ++i) _mm512_mask_storeu_ps(a.y + (t + i) * a.ldy + rt, lanes, out[i]);
+    }
+  }
+}
 #endif  // SUSTAIN_VNNI
 
 TileFn RowTiles(QType t) {
@@ -171,6 +310,8 @@ TileFn RowTiles(QType t) {
       return &run_tiles<QType::Q5_0>;
     case QType::Q8_0:
       return &run_tiles<QType::Q8_0>;
+    case QType::Q4_K:
+      return &run_tiles_q4k;
     default:
       return nullptr;
   }
