@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <array>
 #include <utility>
-#include <vector>
 
 #include "hwy/highway.h"
 #include "kernels/block_util.h"
@@ -143,9 +142,11 @@ constexpr std::array<GroupDotFn, sizeof...(I)> group_dots(std::index_sequence<I.
 template <QType kType>
 inline constexpr auto kGroupDot = group_dots<kType>(std::make_index_sequence<kTileTok>{});
 
-template <QType kType>
-void run_tiles(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
-  const int64_t nb = a.n_in / kQK;
+// Rows [row0, row1) in groups of 16 and tokens in groups of kTileTok: each
+// group's nb blocks dotted with each token group by dots[tokens - 1].
+template <size_t kN>
+void walk_tiles(const std::array<GroupDotFn, kN>& dots, int64_t nb, const MatmulArgs& a,
+                int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
   const size_t group_bytes = kTileRows * a.w_stride;
   for (int64_t rt = row0; rt < row1; rt += kTileRows) {
     const uint8_t* group = a.w + static_cast<size_t>(rt / kTileRows) * group_bytes;
@@ -157,11 +158,17 @@ void run_tiles(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, in
       for (int i = 0; i < kTileTok; ++i)
         act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
       __m512 out[kTileTok];
-      kGroupDot<kType>[nt - 1](group, nb, act, a.n_in, t == tok0, out);
+      dots[nt - 1](group, nb, act, a.n_in, t == tok0, out);
       for (int i = 0; i < nt; ++i) _mm512_mask_storeu_ps(a.y + (t + i) * a.ldy + rt, lanes, out[i]);
     }
   }
 }
+
+template <QType kType>
+void run_tiles(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
+  walk_tiles(kGroupDot<kType>, a.n_in / kQK, a, row0, row1, tok0, tok1);
+}
+
 // Q4_K (row_tiles.h): a group block is a 256-element super-block of 16 rows,
 // every dword of the row block transposed, so dword 0 gives the 16 rows' d
 // and dmin, dwords 1..3 their 6-bit scales and mins, and each of the 32 qs
@@ -186,20 +193,23 @@ inline __m512i field_hi(__m512i low, __m512i high) {
                         4));
 }
 
-// NT tokens' sums over super-blocks [b0, b1) of one group, added to out[].
 // v's int32 lanes (each below 2^15) as two equal int16s.
 inline __m512i dup16(__m512i v) {
   return _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
 }
 
+// NT tokens' sums over every super-block of one group (n_in unused: the
+// Q8_K blocks carry their sums).
 template <int NT>
-inline void group_dot_q4k(const uint8_t* group, int64_t b0, int64_t b1, const uint8_t* const* act,
+inline void group_dot_q4k(const uint8_t* group, int64_t nsb, const uint8_t* const* act, int64_t,
                           bool prefetch, __m512* out) {
   const BlockQ8_K* a[NT];
-  for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]);
+  for (int t = 0; t < NT; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]);
+    out[t] = _mm512_setzero_ps();
+  }
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const int64_t nsb = b1;
-  for (int64_t b = b0; b < b1; ++b) {
+  for (int64_t b = 0; b < nsb; ++b) {
     const uint8_t* gb = group + static_cast<size_t>(b) * kQ4KGroupBytes;
     if (prefetch && b + 1 < nsb) {
       const char* p = reinterpret_cast<const char*>(gb + kQ4KGroupBytes);
@@ -272,32 +282,14 @@ inline void group_dot_q4k(const uint8_t* group, int64_t b0, int64_t b1, const ui
   }
 }
 
-using GroupDotQ4KFn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t* const*, bool,
-                               __m512*);
 template <size_t... I>
-constexpr std::array<GroupDotQ4KFn, sizeof...(I)> group_dots_q4k(std::index_sequence<I...>) {
+constexpr std::array<GroupDotFn, sizeof...(I)> group_dots_q4k(std::index_sequence<I...>) {
   return {&group_dot_q4k<static_cast<int>(I) + 1>...};
 }
 inline constexpr auto kGroupDotQ4K = group_dots_q4k(std::make_index_sequence<kTileTok>{});
 
 void run_tiles_q4k(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
-  const int64_t nsb = a.n_in / kQK_K;
-  const size_t group_bytes = kTileRows * a.w_stride;
-  for (int64_t rt = row0; rt < row1; rt += kTileRows) {
-    const uint8_t* group = a.w + static_cast<size_t>(rt / kTileRows) * group_bytes;
-    const int nr = static_cast<int>(std::min<int64_t>(kTileRows, row1 - rt));
-    const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
-    for (int64_t t = tok0; t < tok1; t += kTileTok) {
-      const int nt = static_cast<int>(std::min<int64_t>(kTileTok, tok1 - t));
-      const uint8_t* act[kTileTok];
-      for (int i = 0; i < kTileTok; ++i)
-        act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
-      __m512 out[kTileTok];
-      for (int i = 0; i < kTileTok; ++i) out[i] = _mm512_setzero_ps();
-      kGroupDotQ4K[nt - 1](group, 0, nsb, act, t == tok0, out);
-      for (int i = 0; i < nt; ++i) _mm512_mask_storeu_ps(a.y + (t + i) * a.ldy + rt, lanes, out[i]);
-    }
-  }
+  walk_tiles(kGroupDotQ4K, a.n_in / kQK_K, a, row0, row1, tok0, tok1);
 }
 #endif  // SUSTAIN_VNNI
 
