@@ -215,6 +215,8 @@ SUSTAIN_REPACKED_BENCH(BM_Repacked_Q8_0_2048x8192, Q8_0, 2048, 8192);
 SUSTAIN_REPACKED_BENCH(BM_Repacked_Q4_0_2048x8192, Q4_0, 2048, 8192);
 SUSTAIN_REPACKED_BENCH(BM_Repacked_Q4_K_576x1536, Q4_K, 576, 1536);
 SUSTAIN_REPACKED_BENCH(BM_Repacked_Q4_K_2048x8192, Q4_K, 2048, 8192);
+SUSTAIN_REPACKED_BENCH(BM_Repacked_Q6_K_576x1536, Q6_K, 576, 1536);
+SUSTAIN_REPACKED_BENCH(BM_Repacked_Q6_K_2048x8192, Q6_K, 2048, 8192);
 
 // One Q8_0 activation row (the partner of Q8_0 / Q4_0 / Q5_0 weights), as
 // every matmul writes per token: the vectorised kernel against the scalar

@@ -61,7 +61,7 @@ RepackReport repack_weights(ModelWeights& w, std::vector<std::unique_ptr<uint8_t
   }
   if (todo.empty()) {
     rep.skipped = kernels::row_tiles_available(QType::Q8_0)
-                      ? "no Q4_0, Q5_0, Q8_0 or Q4_K matrix in the model"
+                      ? "no Q4_0, Q5_0, Q8_0, Q4_K or Q6_K matrix in the model"
                       : "this CPU has no AVX-512 VNNI, which the repacked kernels need";
     return rep;
   }

@@ -1,11 +1,11 @@
 // `--repack`: the weights of the formats that have a row-tile layout
-// (Q4_0, Q5_0, Q8_0, Q4_K; tensor/row_tiles.h) repacked once at load into groups
+// (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K; tensor/row_tiles.h) repacked once at load into groups
 // of 16 rows, which matmul then reads in place for every token count. On
 // AVX-512 VNNI CPUs that makes one-token decode and small batches (batched
 // decode, speculative verification) faster on those formats; the cost is
 // a pass over those weights at load and their mapped pages exchanged for
 // anonymous memory of the same size (docs/kernels.md "Repacked weights").
-// A model's other formats (Q6_K, Q5_K, ...) are left as they are.
+// A model's other formats (Q5_K, Q3_K, F16, ...) are left as they are.
 //
 // Process-wide, as batch invariance: the engine sets it from EngineConfig::
 // repack before it loads anything (draft models and the ranks of a --split

@@ -12,7 +12,7 @@ namespace {
 // Byte offsets inside one group block (16 rows x one block of the format).
 struct GroupLayout {
   size_t codes = 0;  // u32 code dwords, [n_dwords][16]
-  int n_dwords = 0;  // dwords per row: 4 (nibbles), 8 (bytes) or 36 (Q4_K's block)
+  int n_dwords = 0;  // dwords per row: 4 (nibbles), 8 (bytes), 36 (Q4_K's block), 52 (Q6_K's)
   bool has_d = true;  // d[16] f16 at `d` (Q4_K: inside the dwords)
   size_t hi = 0;     // Q5_0: u64[8] fifth bits; else unused
   size_t d = 0;      // f16[16]
@@ -43,6 +43,11 @@ GroupLayout layout(QType t) {
       g.has_d = false;
       g.bytes = kTileRows * sizeof(BlockQ4_K);
       break;
+    case QType::Q6_K:  // ql, qh and scales as dwords, then d
+      g.n_dwords = offsetof(BlockQ6_K, d) / 4;
+      g.d = static_cast<size_t>(g.n_dwords) * kTileRows * 4;
+      g.bytes = kTileRows * sizeof(BlockQ6_K);
+      break;
     default:
       SUSTAIN_CHECK(false);
   }
@@ -65,6 +70,8 @@ BlockFields fields(QType t) {
       return {offsetof(BlockQ8_0, d), 0, offsetof(BlockQ8_0, qs), sizeof(BlockQ8_0)};
     case QType::Q4_K:  // no separate d: its dwords carry it
       return {0, 0, 0, sizeof(BlockQ4_K)};
+    case QType::Q6_K:  // ql, qh and scales one run of dwords from byte 0
+      return {offsetof(BlockQ6_K, d), 0, 0, sizeof(BlockQ6_K)};
     default:
       SUSTAIN_CHECK(false);
       return {};
@@ -74,12 +81,13 @@ BlockFields fields(QType t) {
 }  // namespace
 
 bool row_tiles_format(QType t) {
-  return t == QType::Q4_0 || t == QType::Q5_0 || t == QType::Q8_0 || t == QType::Q4_K;
+  return t == QType::Q4_0 || t == QType::Q5_0 || t == QType::Q8_0 || t == QType::Q4_K ||
+         t == QType::Q6_K;
 }
 
 // Elements per block of a row_tiles_format.
 static int64_t block_elems(QType t) {
-  return t == QType::Q4_K ? kQK_K : kQK;
+  return t == QType::Q4_K || t == QType::Q6_K ? kQK_K : kQK;
 }
 
 size_t row_tiles_bytes(QType t, int64_t n_out, int64_t n_in) {

@@ -1,10 +1,10 @@
-// The row-tile layout of Q4_0, Q5_0, Q8_0 and Q4_K: a matrix's rows repacked
+// The row-tile layout of Q4_0, Q5_0, Q8_0, Q4_K and Q6_K: a matrix's rows repacked
 // once, at load, so that the kernels read 16 rows' codes in one vector
 // without unpacking them on every call (`--repack`, docs/kernels.md
 // "Repacked weights").
 //
 // Rows go in groups of kTileRows; a group's blocks follow one another, each
-// block of the group holding the same 32 (Q4_K: 256) elements of its 16 rows:
+// block of the group holding the same 32 (K-quants: 256) elements of its 16 rows:
 //   Q4_0 (288 bytes): nib[4][16] u32  dword j of row r's qs (low nibbles:
 //                                     elements 4j..4j+3; high: 16+4j..)
 //                     d[16] f16
@@ -19,6 +19,10 @@
 //                                     bytes, k = 4..35 qs (dword 8j + i of qs:
 //                                     low nibbles elements 64j+4i..+3, high
 //                                     nibbles 64j+32+4i..+3)
+//   Q6_K (3360 bytes): w[52][16] u32  dword k of row r's 210-byte block: k =
+//                                     0..31 ql, 32..47 qh, 48..51 the 16
+//                                     int8 scales
+//                     d[16] f16
 // A group block is exactly 16 row blocks' bytes, so a matrix takes what its
 // rows take, rounded up to whole groups (the rows past n_out are zero), and
 // group g starts at byte g * 16 * row_bytes. Nothing is dropped: every row
@@ -34,7 +38,7 @@ namespace sustain {
 
 inline constexpr int kTileRows = 16;
 
-// Whether `t` has a row-tile layout (Q4_0, Q5_0, Q8_0, Q4_K).
+// Whether `t` has a row-tile layout (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K).
 bool row_tiles_format(QType t);
 
 // Bytes of the row-tile copy of an [n_out, n_in] matrix: whole groups of 16 rows.

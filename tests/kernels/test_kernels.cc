@@ -356,11 +356,11 @@ WeightView tiled_view(const Problem& p, std::vector<uint8_t>& store) {
   return repack_rows(p.view(), store.data());
 }
 
-constexpr QType kTileFormats[] = {QType::Q4_0, QType::Q5_0, QType::Q8_0, QType::Q4_K};
+constexpr QType kTileFormats[] = {QType::Q4_0, QType::Q5_0, QType::Q8_0, QType::Q4_K, QType::Q6_K};
 
 // Elements of a block of a repacked format: a shape's n_in is a multiple.
 int64_t tile_block(QType t) {
-  return t == QType::Q4_K ? 256 : 32;
+  return t == QType::Q4_K || t == QType::Q6_K ? 256 : 32;
 }
 
 std::vector<float> run_view(const WeightView& v, const Problem& p, ThreadPool& pool) {
@@ -397,7 +397,7 @@ TEST(RowTilesMatmul, MatchesTheReferenceOnAwkwardShapes) {
           if (HasFailure()) return;
         }
   // Prefill-sized: 64 tokens.
-  for (QType t : {QType::Q5_0, QType::Q4_K}) {
+  for (QType t : {QType::Q5_0, QType::Q4_K, QType::Q6_K}) {
     const Problem p = make_problem(t, 33, 768, 64, 77);
     std::vector<uint8_t> store;
     expect_close(p, run_view(tiled_view(p, store), p, pool), run_ref(p), abs_dots(p), 1e-5);
@@ -439,7 +439,8 @@ TEST(RowTilesMatmul, BatchJobsAndGetRow) {
   };
   const std::vector<Spec> specs = {{QType::Q5_0, 50, true}, {QType::Q5_0, 17, false},
                                    {QType::Q8_0, 33, true}, {QType::Q4_0, 300, true},
-                                   {QType::Q4_K, 40, true}, {QType::Q4_K, 18, false}};
+                                   {QType::Q4_K, 40, true}, {QType::Q4_K, 18, false},
+                                   {QType::Q6_K, 24, true}, {QType::Q6_K, 9, false}};
   for (int64_t n_tok : {1, 3, 9}) {
     std::vector<Problem> ps;
     std::vector<std::vector<uint8_t>> stores(specs.size());

@@ -210,9 +210,10 @@ const RefCase kRepackCases[] = {
     {"aidreams260K-Q8_0", "p3_long_llama2c", "kvf16", kQErr, kQArgmax, kTrainedQKl},
     {"tiny-qwen3moe-Q8_0", "p2_medium", "kvf16", kQErr, kQArgmax, kQKl},
     {"tiny-gemma3-Q8_0", "p2_medium", "kvf16", kGemma3QErr, kGemma3QArgmax, kQKl},
-    // Q4_K matrices repacked beside Q5_0 / Q8_0 / Q6_K rows, with the rows' bounds.
+    // Q4_K and Q6_K matrices repacked beside Q5_0 / Q8_0 ones, with the rows' bounds.
     {"tiny-llama-Q4_K_M", "p2_medium", "kvq8fa", 0.2, 0.94, 1e-4},
     {"tiny-qwen3-Q4_K_M", "p2_medium", "kvq8fa", 0.2, 0.8, 1e-4},
+    {"tiny-llama-Q6_K", "p2_medium", "kvf16", kQErr, kQArgmax, kQKl},
 };
 
 class ForwardRepackedVsLlamaCpp : public ::testing::TestWithParam<RefCase> {};

@@ -25,10 +25,10 @@ std::vector<uint8_t> random_rows(QType t, int64_t n_out, int64_t n_in, uint32_t 
 }
 
 TEST(RowTiles, EveryRowComesBackByteForByte) {
-  for (QType t : {QType::Q4_0, QType::Q5_0, QType::Q8_0, QType::Q4_K}) {
+  for (QType t : {QType::Q4_0, QType::Q5_0, QType::Q8_0, QType::Q4_K, QType::Q6_K}) {
     for (int64_t n_out : {1, 15, 16, 17, 40})
       for (int64_t n_in : {32, 96, 256, 576, 768}) {
-        if (n_in % (t == QType::Q4_K ? 256 : 32) != 0) continue;
+        if (n_in % (t == QType::Q4_K || t == QType::Q6_K ? 256 : 32) != 0) continue;
         SCOPED_TRACE(std::string(qtype_name(t)) + " " + std::to_string(n_out) + "x" +
                      std::to_string(n_in));
         const size_t rb = qtype_row_bytes(t, static_cast<uint64_t>(n_in));
@@ -50,7 +50,8 @@ TEST(RowTiles, EveryRowComesBackByteForByte) {
       }
   }
   EXPECT_TRUE(row_tiles_format(QType::Q4_K));
-  EXPECT_FALSE(row_tiles_format(QType::Q6_K));
+  EXPECT_TRUE(row_tiles_format(QType::Q6_K));
+  EXPECT_FALSE(row_tiles_format(QType::Q5_K));
   EXPECT_FALSE(row_tiles_format(QType::Q4_1));
   EXPECT_TRUE(row_tiles_format(QType::Q5_0));
 }
@@ -80,6 +81,32 @@ TEST(RowTiles, Q5_0GroupBlockIsWhereTheHeaderSaysIt) {
     }
     uint16_t d = 0;
     std::memcpy(&d, g.data() + 320 + 2 * r, 2);
+    EXPECT_EQ(d, rows[r].d);
+  }
+}
+
+// One Q6_K group block by hand: row r's ql dword k at w[k][r], qh dword k at
+// w[32 + k][r], scale dword k at w[48 + k][r], its d at byte 3328 + 2r.
+TEST(RowTiles, Q6_KGroupBlockIsWhereTheHeaderSaysIt) {
+  std::vector<BlockQ6_K> rows(16);
+  for (int r = 0; r < 16; ++r) {
+    rows[r].d = static_cast<uint16_t>(0x3C00 + r);
+    for (int i = 0; i < 128; ++i) rows[r].ql[i] = static_cast<uint8_t>(7 * r + i);
+    for (int i = 0; i < 64; ++i) rows[r].qh[i] = static_cast<uint8_t>(11 * r + 3 * i);
+    for (int i = 0; i < 16; ++i) rows[r].scales[i] = static_cast<int8_t>(r - 8 * i);
+  }
+  std::vector<uint8_t> g(row_tiles_bytes(QType::Q6_K, 16, 256));
+  ASSERT_EQ(g.size(), 3360u);
+  to_row_tiles(QType::Q6_K, rows.data(), sizeof(BlockQ6_K), 16, 256, g.data());
+  for (int r = 0; r < 16; ++r) {
+    for (int k = 0; k < 32; ++k)
+      EXPECT_EQ(std::memcmp(g.data() + (k * 16 + r) * 4, rows[r].ql + 4 * k, 4), 0);
+    for (int k = 0; k < 16; ++k)
+      EXPECT_EQ(std::memcmp(g.data() + ((32 + k) * 16 + r) * 4, rows[r].qh + 4 * k, 4), 0);
+    for (int k = 0; k < 4; ++k)
+      EXPECT_EQ(std::memcmp(g.data() + ((48 + k) * 16 + r) * 4, rows[r].scales + 4 * k, 4), 0);
+    uint16_t d = 0;
+    std::memcpy(&d, g.data() + 3328 + 2 * r, 2);
     EXPECT_EQ(d, rows[r].d);
   }
 }

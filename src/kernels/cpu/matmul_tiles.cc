@@ -1,5 +1,5 @@
-// Matmul kernels for repacked weights (tensor/row_tiles.h): Q4_0, Q5_0, Q8_0
-// and Q4_K rows in groups of 16, read in place on AVX-512 VNNI (AVX3_DL).
+// Matmul kernels for repacked weights (tensor/row_tiles.h): Q4_0, Q5_0, Q8_0,
+// Q4_K and Q6_K rows in groups of 16, read in place on AVX-512 VNNI (AVX3_DL).
 //
 // A group block's code dwords load straight into vectors whose int32 lane r
 // is row r: Q8_0's after flipping each byte's sign bit (codes + 128), Q4_0's
@@ -291,6 +291,104 @@ inline constexpr auto kGroupDotQ4K = group_dots_q4k(std::make_index_sequence<kTi
 void run_tiles_q4k(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
   walk_tiles(kGroupDotQ4K, a.n_in / kQK_K, a, row0, row1, tok0, tok1);
 }
+
+// Q6_K (row_tiles.h): a group block is a 256-element super-block of 16 rows,
+// its ql, qh and scale dwords transposed, then the 16 rows' d. Sub-block s
+// (16 elements: 128h + 32q + 16k ..., s = 8h + 2q + k) takes its 4 code
+// dwords from ql dwords 16h + 8(q & 1) + 4k + i (low nibbles for q < 2,
+// high for q >= 2) and qh dwords 32 + 8h + 4k + i (bits 2q, 2q + 1): codes
+// 0..63, dotted with the Q8_K activations in exact int32 lanes from -32
+// times the activations' 16-element sum (the code offset), then times the
+// sub-block's int8 scale in f32 (exact; vpmulld costs more on these cores):
+//   y_r += da * d_r * sum_s sc_rs * (dot_rs - 32 * asum_s).
+inline constexpr size_t kQ6KGroupBytes = kTileRows * sizeof(BlockQ6_K);
+inline constexpr size_t kQ6KScales = 48 * 64, kQ6KD = 52 * 64;
+
+// Code dword i of sub-block (h, Q, k): 4 six-bit codes of each of 16 rows.
+template <int Q>
+inline __m512i q6k_codes(const uint8_t* gb, int h, int i) {
+  const __m512i l = _mm512_loadu_si512(gb + 64 * (16 * h + 8 * (Q & 1) + i));
+  const __m512i qh = _mm512_loadu_si512(gb + 64 * (32 + 8 * h + i));
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i nib =
+      Q >= 2 ? _mm512_and_si512(_mm512_srli_epi16(l, 4), m4) : _mm512_and_si512(l, m4);
+  // Bits 2Q, 2Q + 1 of each qh byte moved to bits 4, 5 (what the 16-bit
+  // shift carries across bytes is masked off).
+  __m512i hb;
+  if constexpr (Q == 0) {
+    hb = _mm512_slli_epi16(qh, 4);
+  } else if constexpr (Q == 1) {
+    hb = _mm512_slli_epi16(qh, 2);
+  } else if constexpr (Q == 2) {
+    hb = qh;
+  } else {
+    hb = _mm512_srli_epi16(qh, 2);
+  }
+  // nib | (hb & 0x30)
+  return _mm512_ternarylogic_epi32(nib, hb, _mm512_set1_epi8(0x30), 0xF8);
+}
+
+// Sub-block S of one super-block, added to NT tokens' sums. Each token's
+// sum over the sub-block starts from -32 times its activations' sum, so the
+// dpbusd chain ends at sum (code - 32) * x, exact in int32; times the
+// sub-block's scale it is still exact in f32 (|.| < 2^24), and the 16
+// sub-blocks add up in f32, the same order for every token count.
+template <int S, int NT>
+inline void q6k_sub_block(const uint8_t* gb, const BlockQ8_K* const* a, int64_t b, __m512* sum) {
+  constexpr int h = S / 8, q = (S % 8) / 2, k = S % 2;
+  __m512i w[4];
+  for (int i = 0; i < 4; ++i) w[i] = q6k_codes<q>(gb, h, 4 * k + i);
+  // Scale byte S % 4 of scale dword S / 4, sign-extended.
+  const __m512 sc = _mm512_cvtepi32_ps(_mm512_srai_epi32(
+      _mm512_slli_epi32(_mm512_loadu_si512(gb + kQ6KScales + 64 * (S / 4)), 24 - 8 * (S % 4)), 24));
+  for (int t = 0; t < NT; ++t) {
+    const BlockQ8_K& x = a[t][b];
+    __m512i acc = _mm512_set1_epi32(-32 * x.bsums[S]);
+    for (int i = 0; i < 4; ++i) acc = _mm512_dpbusd_epi32(acc, w[i], bcast4(x.qs + 16 * S + 4 * i));
+    sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), sc, sum[t]);
+  }
+}
+
+template <int NT, int... S>
+inline void q6k_sub_blocks(const uint8_t* gb, const BlockQ8_K* const* a, int64_t b, __m512* sum,
+                           std::integer_sequence<int, S...>) {
+  (q6k_sub_block<S, NT>(gb, a, b, sum), ...);
+}
+
+// NT tokens' sums over every super-block of one group.
+template <int NT>
+inline void group_dot_q6k(const uint8_t* group, int64_t nsb, const uint8_t* const* act, int64_t,
+                          bool prefetch, __m512* out) {
+  const BlockQ8_K* a[NT];
+  for (int t = 0; t < NT; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]);
+    out[t] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nsb; ++b) {
+    const uint8_t* gb = group + static_cast<size_t>(b) * kQ6KGroupBytes;
+    if (prefetch && b + 1 < nsb) {
+      const char* p = reinterpret_cast<const char*>(gb + kQ6KGroupBytes);
+      for (size_t l = 0; l < kQ6KGroupBytes; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+    }
+    __m512 sum[NT];
+    for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_ps();
+    q6k_sub_blocks<NT>(gb, a, b, sum, std::make_integer_sequence<int, 16>{});
+    const __m512 d =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + kQ6KD)));
+    for (int t = 0; t < NT; ++t)
+      out[t] = _mm512_fmadd_ps(sum[t], _mm512_mul_ps(d, _mm512_set1_ps(a[t][b].d)), out[t]);
+  }
+}
+
+template <size_t... I>
+constexpr std::array<GroupDotFn, sizeof...(I)> group_dots_q6k(std::index_sequence<I...>) {
+  return {&group_dot_q6k<static_cast<int>(I) + 1>...};
+}
+inline constexpr auto kGroupDotQ6K = group_dots_q6k(std::make_index_sequence<kTileTok>{});
+
+void run_tiles_q6k(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
+  walk_tiles(kGroupDotQ6K, a.n_in / kQK_K, a, row0, row1, tok0, tok1);
+}
 #endif  // SUSTAIN_VNNI
 
 TileFn RowTiles(QType t) {
@@ -304,6 +402,8 @@ TileFn RowTiles(QType t) {
       return &run_tiles<QType::Q8_0>;
     case QType::Q4_K:
       return &run_tiles_q4k;
+    case QType::Q6_K:
+      return &run_tiles_q6k;
     default:
       return nullptr;
   }
