@@ -110,7 +110,7 @@ Args parse(int argc, char** argv) {
           "bench_depth -m MODEL [-d 0,4096,...] [-ctk f16,q8_0,q4_0:f16,...] [-p 512] [-n 64]\n"
           "            [-r 3] [-t THREADS] [--fill real|random] [--layout tiled|rows|both]\n"
           "            [--verify 0,1,2,4,8,16] [--batch 1,2,4,8,16] [--repack]\n"
-          "  --repack: Q4_0/Q5_0/Q8_0 weights repacked at load (model/repack.h).\n"
+          "  --repack: Q4_0/Q5_0/Q8_0/Q4_K/Q6_K weights repacked at load (model/repack.h).\n"
           "  --verify: also time a speculative verify step (k + 1 tokens of one sequence,\n"
           "            logits for each) at every depth, -n steps per k; prints ms per step\n"
           "            and the cost relative to k = 0 (the verify-cost curve).\n"

@@ -142,24 +142,39 @@ constexpr std::array<GroupDotFn, sizeof...(I)> group_dots(std::index_sequence<I.
 template <QType kType>
 inline constexpr auto kGroupDot = group_dots<kType>(std::make_index_sequence<kTileTok>{});
 
+// Activation rows a pass over the rows reads: a chunk of tokens whose rows
+// stay in L2 while every row group is dotted with them.
+inline constexpr size_t kActChunkBytes = 512 * 1024;
+
 // Rows [row0, row1) in groups of 16 and tokens in groups of kTileTok: each
-// group's nb blocks dotted with each token group by dots[tokens - 1].
+// group's nb blocks dotted with each token group by dots[tokens - 1]. Many
+// tokens (prefill) go in chunks of about kActChunkBytes of activations, each
+// chunk dotted with every row group before the next: else every row group
+// would stream all the tokens' activations from memory again (512 tokens of
+// an 8192-wide Q8_K input are 4.7 MB). Each token's sums are the same
+// whatever the chunking.
 template <size_t kN>
 void walk_tiles(const std::array<GroupDotFn, kN>& dots, int64_t nb, const MatmulArgs& a,
                 int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
   const size_t group_bytes = kTileRows * a.w_stride;
-  for (int64_t rt = row0; rt < row1; rt += kTileRows) {
-    const uint8_t* group = a.w + static_cast<size_t>(rt / kTileRows) * group_bytes;
-    const int nr = static_cast<int>(std::min<int64_t>(kTileRows, row1 - rt));
-    const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
-    for (int64_t t = tok0; t < tok1; t += kTileTok) {
-      const int nt = static_cast<int>(std::min<int64_t>(kTileTok, tok1 - t));
-      const uint8_t* act[kTileTok];
-      for (int i = 0; i < kTileTok; ++i)
-        act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
-      __m512 out[kTileTok];
-      dots[nt - 1](group, nb, act, a.n_in, t == tok0, out);
-      for (int i = 0; i < nt; ++i) _mm512_mask_storeu_ps(a.y + (t + i) * a.ldy + rt, lanes, out[i]);
+  const int64_t chunk = std::max<int64_t>(
+      kTileTok, static_cast<int64_t>(kActChunkBytes / a.act_stride) / kTileTok * kTileTok);
+  for (int64_t tc = tok0; tc < tok1; tc += chunk) {
+    const int64_t te = std::min(tok1, tc + chunk);
+    for (int64_t rt = row0; rt < row1; rt += kTileRows) {
+      const uint8_t* group = a.w + static_cast<size_t>(rt / kTileRows) * group_bytes;
+      const int nr = static_cast<int>(std::min<int64_t>(kTileRows, row1 - rt));
+      const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
+      for (int64_t t = tc; t < te; t += kTileTok) {
+        const int nt = static_cast<int>(std::min<int64_t>(kTileTok, te - t));
+        const uint8_t* act[kTileTok];
+        for (int i = 0; i < kTileTok; ++i)
+          act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
+        __m512 out[kTileTok];
+        dots[nt - 1](group, nb, act, a.n_in, t == tc, out);
+        for (int i = 0; i < nt; ++i)
+          _mm512_mask_storeu_ps(a.y + (t + i) * a.ldy + rt, lanes, out[i]);
+      }
     }
   }
 }
