@@ -228,6 +228,10 @@ RequestTiming HttpTarget::run(int64_t index, BenchClock::time_point origin) {
     problem = fmt::format("POST {}: {}", req.path, httplib::to_string(err));
   } else if (status != 200) {
     problem = fmt::format("POST {}: HTTP {}: {}", req.path, status, raw.substr(0, 300));
+  } else if (!problem.empty()) {
+    // What the stream itself said (an error event, an event that is not
+    // JSON) names the cause better than what it then lacked.
+    problem = fmt::format("POST {}: {}", req.path, problem);
   } else if (!got_usage) {
     problem = fmt::format(
         "POST {}: the stream ended without a usage chunk (the server must honour "

@@ -46,9 +46,12 @@ class FakeServer {
         res.set_content(R"({"error":{"message":"boom"}})", "application/json");
         return;
       }
-      const bool usage = model != "no-usage";
+      const bool usage = model != "no-usage" && model != "stream-error";
+      // As llama-server ends a stream it cannot finish: an error event
+      // after some text, then no usage.
+      const bool stream_error = model == "stream-error";
       res.set_chunked_content_provider(
-          "text/event-stream", [usage](size_t, httplib::DataSink& sink) {
+          "text/event-stream", [usage, stream_error](size_t, httplib::DataSink& sink) {
             auto send = [&](const std::string& s) {
               const std::string ev = "data: " + s + "\n\n";
               sink.write(ev.data(), ev.size());
@@ -61,6 +64,8 @@ class FakeServer {
               std::this_thread::sleep_for(std::chrono::milliseconds(kGapMs));
               send(json({{"choices", {{{"index", 0}, {"text", i == 0 ? " abc" : " d"}}}}}).dump());
             }
+            if (stream_error)
+              send(R"({"error":{"code":500,"message":"output does not match the format"}})");
             if (usage)
               send(json({{"choices", json::array()},
                          {"usage",
@@ -228,7 +233,9 @@ TEST(HttpTarget, LadderOverHttp) {
 TEST(HttpTarget, FailuresAreReportedNotCounted) {
   FakeServer fake;
   for (const auto& [model, want] : std::vector<std::pair<std::string, std::string>>{
-           {"no-usage", "usage"}, {"http-500", "HTTP 500"}}) {
+           {"no-usage", "usage"},
+           {"http-500", "HTTP 500"},
+           {"stream-error", "server error: {\"code\":500,\"message\":\"output does not match"}}) {
     HttpTargetOptions o;
     o.url = fake.url();
     o.model = model;
