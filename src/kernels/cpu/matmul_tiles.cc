@@ -297,15 +297,12 @@ inline void group_dot_q4k(const uint8_t* group, int64_t nsb, const uint8_t* cons
   }
 }
 
-template <size_t... I>
-constexpr std::array<GroupDotFn, sizeof...(I)> group_dots_q4k(std::index_sequence<I...>) {
-  return {&group_dot_q4k<static_cast<int>(I) + 1>...};
-}
-inline constexpr auto kGroupDotQ4K = group_dots_q4k(std::make_index_sequence<kTileTok>{});
-
-void run_tiles_q4k(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
-  walk_tiles(kGroupDotQ4K, a.n_in / kQK_K, a, row0, row1, tok0, tok1);
-}
+struct Q4KDot {
+  template <int NT>
+  static constexpr GroupDotFn fn() {
+    return &group_dot_q4k<NT>;
+  }
+};
 
 // Q6_K (row_tiles.h): a group block is a 256-element super-block of 16 rows,
 // its ql, qh and scale dwords transposed, then the 16 rows' d. Sub-block s
@@ -395,14 +392,23 @@ inline void group_dot_q6k(const uint8_t* group, int64_t nsb, const uint8_t* cons
   }
 }
 
-template <size_t... I>
-constexpr std::array<GroupDotFn, sizeof...(I)> group_dots_q6k(std::index_sequence<I...>) {
-  return {&group_dot_q6k<static_cast<int>(I) + 1>...};
-}
-inline constexpr auto kGroupDotQ6K = group_dots_q6k(std::make_index_sequence<kTileTok>{});
+struct Q6KDot {
+  template <int NT>
+  static constexpr GroupDotFn fn() {
+    return &group_dot_q6k<NT>;
+  }
+};
 
-void run_tiles_q6k(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
-  walk_tiles(kGroupDotQ6K, a.n_in / kQK_K, a, row0, row1, tok0, tok1);
+// A K-quant's group_dot for 1 .. kTileTok tokens (Dot::fn<NT>), walked over
+// 256-element super-blocks.
+template <class Dot, size_t... I>
+constexpr std::array<GroupDotFn, sizeof...(I)> kquant_dots(std::index_sequence<I...>) {
+  return {Dot::template fn<static_cast<int>(I) + 1>()...};
+}
+template <class Dot>
+void run_tiles_kquant(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, int64_t tok1) {
+  static constexpr auto kDots = kquant_dots<Dot>(std::make_index_sequence<kTileTok>{});
+  walk_tiles(kDots, a.n_in / kQK_K, a, row0, row1, tok0, tok1);
 }
 #endif  // SUSTAIN_VNNI
 
@@ -416,9 +422,9 @@ TileFn RowTiles(QType t) {
     case QType::Q8_0:
       return &run_tiles<QType::Q8_0>;
     case QType::Q4_K:
-      return &run_tiles_q4k;
+      return &run_tiles_kquant<Q4KDot>;
     case QType::Q6_K:
-      return &run_tiles_q6k;
+      return &run_tiles_kquant<Q6KDot>;
     default:
       return nullptr;
   }
