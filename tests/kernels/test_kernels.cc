@@ -396,12 +396,15 @@ TEST(RowTilesMatmul, MatchesTheReferenceOnAwkwardShapes) {
                       0);
           if (HasFailure()) return;
         }
-  // Prefill-sized: 64 tokens.
-  for (QType t : {QType::Q5_0, QType::Q4_K, QType::Q6_K}) {
-    const Problem p = make_problem(t, 33, 768, 64, 77);
-    std::vector<uint8_t> store;
-    expect_close(p, run_view(tiled_view(p, store), p, pool), run_ref(p), abs_dots(p), 1e-5);
-  }
+  // Prefill-sized: 64 tokens; over 8192 inputs their activation rows pass
+  // the walk's L2 chunk (512 KB), so the tokens go in several chunks (the
+  // case fails with a chunk's tokens skipped).
+  for (QType t : {QType::Q5_0, QType::Q4_K, QType::Q6_K})
+    for (int64_t n_in : {768, 8192}) {
+      const Problem p = make_problem(t, 33, n_in, 64, 77);
+      std::vector<uint8_t> store;
+      expect_close(p, run_view(tiled_view(p, store), p, pool), run_ref(p), abs_dots(p), 1e-5);
+    }
 }
 
 // Each token's row sums come out bit for bit as a one-token call computes
