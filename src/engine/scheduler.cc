@@ -527,20 +527,27 @@ void Scheduler::verify(Seq& s, const float* rows, int32_t backup, const Recurren
   const int64_t base = s.n_computed, k = static_cast<int64_t>(s.draft.tokens.size());
   s.n_computed = base + 1;  // the last token's K/V is in
   int64_t accepted = 0;
+  // The request's counts before any emission: a token that ends the
+  // request finishes it inside emit(), and its usage must hold this step.
+  ++s.spec_steps;
+  s.spec_drafted += k;
   for (int64_t r = 0; r <= k; ++r) {
     const bool drafted = r < k;
     const auto ri = static_cast<size_t>(r);
     if (drafted && ri < st.spec_drafted_at.size()) ++st.spec_drafted_at[ri];
-    if (drafted && !s.draft.q.empty()) {
-      sample_and_emit(s, rows + r * n_vocab, s.draft.tokens[ri], s.draft.q[ri]);
-    } else {
-      sample_and_emit(s, rows + r * n_vocab);
+    const float* row = rows + r * n_vocab;
+    const int32_t id = drafted && !s.draft.q.empty()
+                           ? sample(s, row, s.draft.tokens[ri], s.draft.q[ri])
+                           : sample(s, row);
+    const bool hit = drafted && id == s.draft.tokens[ri];
+    if (hit) {
+      if (ri < st.spec_accepted_at.size()) ++st.spec_accepted_at[ri];
+      ++accepted;
+      ++s.spec_accepted;
     }
-    if (s.done) break;
-    if (!drafted || s.tokens.back() != s.draft.tokens[ri]) break;
-    if (ri < st.spec_accepted_at.size()) ++st.spec_accepted_at[ri];
+    emit(s, row, id);
+    if (s.done || !hit) break;
     ++s.n_computed;
-    ++accepted;
   }
   // Positions reached: up to and including the first rejection (none past
   // a finish).
@@ -548,9 +555,6 @@ void Scheduler::verify(Seq& s, const float* rows, int32_t backup, const Recurren
   s.acceptance.update(reached, accepted);
   acceptance_all.update(reached, accepted);
   s.probe.verified(accepted > 0);
-  ++s.spec_steps;
-  s.spec_drafted += k;
-  s.spec_accepted += accepted;
   ++st.spec_steps;
   st.spec_draft_tokens += static_cast<uint64_t>(k);
   st.spec_accepted_tokens += static_cast<uint64_t>(accepted);
@@ -645,10 +649,19 @@ Status Scheduler::reserve_or_preempt(Seq& s, int64_t n, bool* self_preempted) {
 
 void Scheduler::sample_and_emit(Seq& s, const float* row, int32_t draft,
                                 std::span<const sampling::TokenProb> q) {
-  const int32_t n_vocab = static_cast<int32_t>(engine.model_->config().n_vocab);
+  emit(s, row, sample(s, row, draft, q));
+}
+
+int32_t Scheduler::sample(Seq& s, const float* row, int32_t draft,
+                          std::span<const sampling::TokenProb> q) {
+  const auto n_vocab = static_cast<int32_t>(engine.model_->config().n_vocab);
+  return draft >= 0 ? s.sampler->sample_speculative(row, n_vocab, draft, q)
+                    : s.sampler->sample(row, n_vocab);
+}
+
+void Scheduler::emit(Seq& s, const float* row, int32_t id) {
+  const auto n_vocab = static_cast<int32_t>(engine.model_->config().n_vocab);
   const Request& req = s.st->req;
-  const int32_t id = draft >= 0 ? s.sampler->sample_speculative(row, n_vocab, draft, q)
-                                : s.sampler->sample(row, n_vocab);
   if (!req.ignore_eos && engine.tok_->is_eog(id)) {
     finish(s, Finish::kStop);
     return;

@@ -88,6 +88,11 @@ struct Engine::Impl {
   // from q when q is given: rejection sampling) and emits it.
   void sample_and_emit(Seq& s, const float* row, int32_t draft = -1,
                        std::span<const sampling::TokenProb> q = {});
+  // The two halves: the sample, then its emission (an end of generation
+  // or the length limit finishes the sequence, whose usage is final then).
+  int32_t sample(Seq& s, const float* row, int32_t draft = -1,
+                 std::span<const sampling::TokenProb> q = {});
+  void emit(Seq& s, const float* row, int32_t id);
   int64_t next_snapshot(const Seq& s) const;
   int64_t image_cut(const Seq& s, int64_t n) const;
   // The TPOT target of a step whose decoding rows have `decode_shape`

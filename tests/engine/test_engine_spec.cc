@@ -340,6 +340,12 @@ TEST(EngineSpec, OracleDraftsTheRecordedGreedyPath) {
     EXPECT_EQ(first.ids, want.ids);
     EXPECT_EQ(again.ids, want.ids);
     EXPECT_GT(again.usage.spec_drafted, 0);
+    // The request's usage holds every verify step, the one that finished
+    // it too (the first request drafted nothing).
+    const EngineStats st = e->stats();
+    EXPECT_EQ(static_cast<uint64_t>(again.usage.spec_drafted), st.spec_draft_tokens);
+    EXPECT_EQ(static_cast<uint64_t>(again.usage.spec_accepted), st.spec_accepted_tokens);
+    EXPECT_EQ(static_cast<uint64_t>(again.usage.spec_steps), st.spec_steps);
     if (std::string(type) == "oracle:1") {
       EXPECT_EQ(again.usage.spec_accepted, again.usage.spec_drafted);
       EXPECT_LE(again.usage.spec_steps, 40 / 4 + 1);
