@@ -153,6 +153,29 @@ json split_verdict(const json& rows) {
 
 }  // namespace
 
+std::string lost_path_note(const std::string& row, const engine::EngineConfig& c,
+                           const json& cells) {
+  if (!c.spec.uses("oracle") || c.spec.gate) return "";
+  std::string lost;
+  for (const json& cell : cells) {
+    const json& s = cell["spec"];
+    if (!s.is_object() || s["decoded_tokens"].get<int64_t>() == 0) continue;
+    const double share = s["verify_token_share"].get<double>();
+    if (share < 0.5)
+      lost += fmt::format("{}ctx {} ({:.0f} % of tokens from verify steps)",
+                          lost.empty() ? "" : ", ", cell["ctx"].get<int64_t>(), 100.0 * share);
+  }
+  if (lost.empty()) return "";
+  return fmt::format(
+      "ablation row '{}': the oracle lost its first pass's path at {}: those cells measure "
+      "mostly plain decode steps, not the oracle's acceptance{}",
+      row, lost,
+      c.batch_invariant ? ""
+                        : "; without --batch-invariant a verify row or a prompt chunked "
+                          "differently is not bit-identical to the first pass, and greedy "
+                          "near-ties flip (docs/speculative.md); rerun with --batch-invariant");
+}
+
 Status apply_switch(const std::string& spec, AblationRow& row) {
   std::stringstream ss(spec);
   std::string kv;
@@ -368,12 +391,17 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
                 {"tok_s_spread", full[k]["decode"]["tok_s_spread"]},
                 {"prefill_tok_s", full[k]["prefill"]["tok_s"]},
                 {"kv_bytes", full[k]["kv_bytes"]},
+                {"spec", full[k]["spec"]},
                 {"delta_pct", nullptr}};
       if (!prev.is_null() && k < prev.size()) {
         const double p = prev[k]["tok_s_p50"].get<double>();
         if (p > 0) c["delta_pct"] = 100.0 * (c["tok_s_p50"].get<double>() - p) / p;
       }
       cells.push_back(c);
+    }
+    if (const std::string n = lost_path_note(r.name, r.cfg, cells); !n.empty()) {
+      obs.message("bench: " + n);
+      report["notes"].push_back(n);
     }
     int64_t ladder_tokens = 0;
     // Generated under the constraint: each rung's fill and timed repetitions.

@@ -64,6 +64,17 @@ Status place_row(AblationRow& row, const std::string& spec, const engine::Engine
 // Every row's split switch checked against the job before anything runs.
 Status check_split_rows(const std::vector<std::string>& specs, const engine::EngineRanks* ranks);
 
+// An oracle that drafts on every step it can (gate off) and still made
+// under half of a cell's tokens in verify steps (the cells' "spec",
+// results.h rung_spec_json) has lost its first pass's path there: without
+// --batch-invariant a verify row is not bit-identical to a decode step, and
+// the fill computed its prompt in other chunks than the repetitions, so a
+// greedy near-tie flips (docs/speculative.md). Such a cell measures plain
+// decoding, not the oracle's acceptance: the note naming the row and cells
+// says so. Empty when every cell kept its path or the row has no oracle.
+std::string lost_path_note(const std::string& row, const engine::EngineConfig& c,
+                           const nlohmann::json& cells);
+
 struct AblationInput {
   std::vector<std::string> specs;  // the rows after row 0, checked
   engine::EngineConfig base;       // row 0: the engine the main ladder ran

@@ -316,9 +316,21 @@ std::string spec_cell(const json& row) {
   const json& s = row["spec"];
   const bool oracle = s.contains("oracle") && s["oracle"].is_boolean() && s["oracle"].get<bool>();
   const bool gate = s.contains("gate") && s["gate"].is_boolean() && s["gate"].get<bool>();
-  return fmt::format("{}{}: {:.0f} % accepted, k mean {:.2f} ({} up to {})", str(s, "type"),
-                     oracle ? " (oracle, measurement only)" : "", 100.0 * num(s, "acceptance"),
-                     num(s, "k_mean"), gate ? "gated" : "fixed", num(s, "draft_max"));
+  std::string out =
+      fmt::format("{}{}: {:.0f} % accepted, k mean {:.2f} ({} up to {})", str(s, "type"),
+                  oracle ? " (oracle, measurement only)" : "", 100.0 * num(s, "acceptance"),
+                  num(s, "k_mean"), gate ? "gated" : "fixed", num(s, "draft_max"));
+  // Per context: the acceptance and the share of tokens from verify steps.
+  std::string per;
+  if (row.contains("ladder"))
+    for (const auto& c : row["ladder"]) {
+      if (!c.contains("spec") || !c["spec"].is_object()) continue;
+      per += fmt::format("{}{} {:.0f} % / {:.0f} %", per.empty() ? "" : ", ",
+                         ctx_label(c["ctx"].get<int64_t>()), 100.0 * num(c["spec"], "acceptance"),
+                         100.0 * num(c["spec"], "verify_token_share"));
+    }
+  if (!per.empty()) out += "; accepted / tokens from verify steps: " + per;
+  return out;
 }
 
 // Rows with a grammar (or the concurrency levels grammar rows add): decode

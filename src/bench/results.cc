@@ -19,6 +19,22 @@ DecodeStats decode_stats(const LadderRung& r) {
   return d;
 }
 
+json rung_spec_json(const LadderRung& r) {
+  if (!r.speculative) return nullptr;
+  int64_t decoded = 0;
+  for (int64_t v : r.rep_visible_tokens) decoded += std::max<int64_t>(v - 1, 0);
+  const auto share = [](int64_t a, int64_t b) {
+    return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
+  };
+  return {{"drafted", r.spec_drafted},
+          {"accepted", r.spec_accepted},
+          {"steps", r.spec_steps},
+          {"acceptance", share(r.spec_accepted, r.spec_drafted)},
+          {"k_mean", share(r.spec_drafted, r.spec_steps)},
+          {"decoded_tokens", decoded},
+          {"verify_token_share", share(r.spec_accepted + r.spec_steps, decoded)}};
+}
+
 json ladder_json(const std::vector<LadderRung>& rungs, const ModelCost& cost,
                  const BandwidthResult* bw) {
   json out = json::array();
@@ -78,6 +94,7 @@ json ladder_json(const std::vector<LadderRung>& rungs, const ModelCost& cost,
     out.push_back({{"ctx", r.ctx},
                    {"decode", decode},
                    {"prefill", prefill},
+                   {"spec", rung_spec_json(r)},
                    {"kv_bytes", r.kv_bytes},
                    {"kv_pool_used_bytes", r.kv_pool_used_bytes},
                    {"peak_rss_bytes", r.peak_rss_bytes},

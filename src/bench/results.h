@@ -28,6 +28,10 @@ struct LadderRung {
   std::vector<std::vector<double>> rep_gaps_s;
   std::vector<double> rep_tok_s;                // per repetition: (k − 1) / (t_last − t_first)
   std::vector<int64_t> rep_visible_tokens;      // per repetition: visible tokens received
+  // Speculative decoding over the timed repetitions (the fill excluded),
+  // from each request's usage; `speculative` says the engine had proposers.
+  bool speculative = false;
+  int64_t spec_drafted = 0, spec_accepted = 0, spec_steps = 0;
   int64_t kv_bytes = 0;            // KV of the sequence at its end: bytes/token × (ctx + n_tokens)
   int64_t kv_pool_used_bytes = 0;  // measured: pool pages in use mid-decode (incl. prefix cache)
   int64_t peak_rss_bytes = 0;
@@ -40,6 +44,13 @@ struct DecodeStats {
   double tok_s_p50 = 0, tok_s_p95 = 0;
 };
 DecodeStats decode_stats(const LadderRung& r);
+
+// A rung's speculation: drafted, accepted, verify steps, acceptance, mean
+// draft per verify step, and verify_token_share — the share of the decoded
+// tokens (each repetition's first token excluded) that came out of verify
+// steps (accepted drafts plus each step's own token). Null when the engine
+// had no proposers.
+nlohmann::json rung_spec_json(const LadderRung& r);
 
 // One measured prefill: `new_tokens` computed on top of `from_ctx` cached ones.
 struct PrefillPoint {

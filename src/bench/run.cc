@@ -250,6 +250,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   cfg.ubatch_tokens = c.ubatch;
   cfg.tpot_target_ms = c.tpot_target_ms;
   cfg.prefill_age_bound_s = c.prefill_age_bound_s;
+  cfg.batch_invariant = c.batch_invariant;
   cfg.prefix_cache = true;
   cfg.ranks = c.ranks;
   const int64_t max_conc = conc.empty() ? 1 : *std::max_element(conc.begin(), conc.end());

@@ -46,6 +46,9 @@ struct BenchConfig {
   // prefill age bound.
   double tpot_target_ms = engine::kTpotAuto;
   double prefill_age_bound_s = 5.0;
+  // --batch-invariant (engine::EngineConfig::batch_invariant): what an
+  // oracle row at depth needs to keep its first pass's path.
+  bool batch_invariant = false;
   std::vector<int64_t> prefill;  // prefill gradient lengths from an empty cache; empty: none
   int prefill_reps = 1;
   std::vector<int64_t> concurrency = {1, 2, 4, 8};  // levels; empty: no concurrency ladder

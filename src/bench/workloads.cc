@@ -283,6 +283,7 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
     LadderRung r;
     r.ctx = L;
     r.n_tokens = opt.n_tokens;
+    r.speculative = e.config().spec.enabled();
     // The fill (timed) doubles as the warm-up of this rung's decode.
     SUSTAIN_ASSIGN_OR_RETURN(
         OneRun fill, run_one(e, head(prompt, L), opt.n_tokens, origin, false, opt.constraint));
@@ -304,6 +305,9 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
       r.rep_tok_s.push_back(span > 0 ? (tt.size() - 1) / span : 0.0);
       r.rep_gaps_s.push_back(std::move(gaps));
       r.rep_visible_tokens.push_back(run.timing.output_tokens);
+      r.spec_drafted += run.usage.spec_drafted;
+      r.spec_accepted += run.usage.spec_accepted;
+      r.spec_steps += run.usage.spec_steps;
       if (run.pool_pages_used >= 0) r.kv_pool_used_bytes = run.pool_pages_used * page_bytes;
     }
     r.kv_bytes = bytes_per_token * (L + opt.n_tokens) +

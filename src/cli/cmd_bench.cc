@@ -160,6 +160,7 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
     SUSTAIN_TRY(apply_serving_flags(a.serving, ec));
     c.tpot_target_ms = ec.tpot_target_ms;
     c.prefill_age_bound_s = ec.prefill_age_bound_s;
+    c.batch_invariant = ec.batch_invariant;
   }
   c.prefill_reps = a.prefill_reps;
   c.conc_prompt = a.conc_prompt;

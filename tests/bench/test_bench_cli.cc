@@ -239,6 +239,42 @@ TEST(CliBench, Bandwidth) {
   EXPECT_GT(j["fma_gflops_best"].get<double>(), 0);
 }
 
+// An oracle row under --batch-invariant: the flag reaches every row's
+// engine, and each context's cell counts its own speculation (the timed
+// repetitions: every draft of oracle:1 accepted, nearly every token out of
+// a verify step — a cell whose first pass was lost would show plain steps).
+TEST(CliBench, OracleRowCountsSpeculationInEachContext) {
+  const std::string dir = tmp_path("bench_cli_oracle");
+  std::filesystem::remove_all(dir);
+  auto r = run_cli("bench -m " + tiny_model() +
+                   " --ctx 64,256 -n 16 -r 2 -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 "
+                   "--quality off --batch-invariant --ablate spec=oracle:1,draft=4,gate=off -o " +
+                   dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(slurp(dir + "/report.json"));
+  EXPECT_TRUE(j["conditions"]["engine"]["batch_invariant"].get<bool>()) << j["conditions"].dump();
+  const json& rows = j["ablation"]["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) EXPECT_TRUE(row["engine"]["batch_invariant"].get<bool>());
+  for (const auto& cell : rows[0]["ladder"]) EXPECT_TRUE(cell["spec"].is_null()) << cell.dump();
+  ASSERT_EQ(rows[1]["ladder"].size(), 2u);
+  int64_t drafted = 0;
+  for (const auto& cell : rows[1]["ladder"]) {
+    const json& s = cell["spec"];
+    ASSERT_TRUE(s.is_object()) << cell.dump();
+    EXPECT_GT(s["drafted"].get<int64_t>(), 0) << cell.dump();
+    EXPECT_EQ(s["accepted"], s["drafted"]) << cell.dump();
+    EXPECT_EQ(s["decoded_tokens"].get<int64_t>(), 2 * 15) << cell.dump();
+    EXPECT_GT(s["verify_token_share"].get<double>(), 0.85) << cell.dump();
+    drafted += s["drafted"].get<int64_t>();
+  }
+  // The row's totals also hold the fills (first passes: nothing to draft).
+  EXPECT_EQ(rows[1]["spec"]["drafted"].get<int64_t>(), drafted);
+  EXPECT_EQ(r.err.find("lost its first pass"), std::string::npos) << r.err;
+  const std::string md = slurp(dir + "/report.md");
+  EXPECT_NE(md.find("accepted / tokens from verify steps: 64 100 %"), std::string::npos) << md;
+}
+
 // --ablate grammar=: every generated token of the row constrained (a JSON
 // schema that cannot end within the tokens asked for), the mask time per
 // token reported, and the concurrency levels run on every row.

@@ -3,6 +3,7 @@
 // engine target, and the conditions the report records about the model.
 #include <gtest/gtest.h>
 
+#include "bench/ablation.h"
 #include "bench/report.h"
 #include "bench/workloads.h"
 #include "test_util.h"
@@ -148,6 +149,35 @@ TEST(BenchEngine, ConcurrencyLadderInProcess) {
   }
   EXPECT_EQ((*levels)[1].metrics.requests, 8);
   EXPECT_GT((*levels)[2].rate, 0);
+}
+
+// An oracle row (gate off) whose cells got few tokens out of verify steps
+// lost its first pass's path there: the note names the row and those
+// cells, and the remedy when the run was not batch-invariant.
+TEST(BenchEngine, AnOracleThatLostItsPathIsNamed) {
+  engine::EngineConfig c;
+  c.spec.types = {"oracle:0.8"};
+  c.spec.gate = false;
+  auto cell = [](int64_t ctx, double share) {
+    return nlohmann::json{{"ctx", ctx},
+                          {"spec", {{"decoded_tokens", 94}, {"verify_token_share", share}}}};
+  };
+  const nlohmann::json kept = {cell(512, 0.97), cell(4096, 0.9)};
+  const nlohmann::json lost = {cell(512, 0.97), cell(4096, 0.2)};
+  EXPECT_EQ(lost_path_note("r", c, kept), "");
+  const std::string n = lost_path_note("r", c, lost);
+  EXPECT_NE(n.find("'r'"), std::string::npos) << n;
+  EXPECT_NE(n.find("ctx 4096 (20 %"), std::string::npos) << n;
+  EXPECT_EQ(n.find("ctx 512"), std::string::npos) << n;
+  EXPECT_NE(n.find("rerun with --batch-invariant"), std::string::npos) << n;
+  c.batch_invariant = true;
+  EXPECT_EQ(lost_path_note("r", c, lost).find("rerun"), std::string::npos);
+  // Under the gate few drafts is the gate's choice; other proposers have no path.
+  c.spec.gate = true;
+  EXPECT_EQ(lost_path_note("r", c, lost), "");
+  c.spec.gate = false;
+  c.spec.types = {"ngram"};
+  EXPECT_EQ(lost_path_note("r", c, lost), "");
 }
 
 TEST(BenchEngine, ModelConditions) {
