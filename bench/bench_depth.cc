@@ -25,6 +25,7 @@
 
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
+#include "kv/random_fill.h"
 #include "model/model.h"
 #include "tensor/qtype.h"
 
@@ -143,20 +144,6 @@ Stat stat(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
-// Writes random K/V rows at positions [0, depth) of every layer of a table
-// reserved for them (the values do not change what attention costs).
-void fill_random(kv::KvCache& cache, const kv::KvGeometry& g, kv::PageTable& t, int64_t depth,
-                 std::mt19937& rng) {
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> k(size_t(g.n_head_kv) * g.head_dim_k), v(size_t(g.n_head_kv) * g.head_dim_v);
-  for (int64_t p = 0; p < depth; ++p)
-    for (int l = 0; l < g.n_layer; ++l) {
-      for (auto& x : k) x = nd(rng);
-      for (auto& x : v) x = nd(rng);
-      cache.store(t, l, p, k.data(), v.data());
-    }
-}
-
 }  // namespace
 }  // namespace sustain
 
@@ -218,16 +205,9 @@ int main(int argc, char** argv) {
       kv::PageTable t;
       // Untimed fill to `depth`.
       if (a.random_fill) {
-        if (!cache->reserve(t, depth).is_ok()) die("KV reserve failed");
-        fill_random(*cache, g, t, depth, rng);
-        // The DeltaNet state is fixed-size whatever the depth: random values
-        // at the right position cost what real ones do.
-        if (cache->has_state()) {
-          std::normal_distribution<float> sd(0.0f, 0.05f);
-          float* st = cache->states().slot_data(t.state);
-          for (size_t i = 0; i < cache->states().slot_floats(); ++i) st[i] = sd(rng);
-          cache->states().set_pos(t.state, depth);
-        }
+        // (A hybrid's DeltaNet state is fixed-size whatever the depth:
+        // random values at the right position cost what real ones do.)
+        if (auto s = kv::fill_random(*cache, t, depth, rng()); !s.is_ok()) die(s.message());
       } else {
         for (int64_t done = 0; done < depth;) {
           const int64_t n = std::min<int64_t>(ws.max_tokens, depth - done);
@@ -309,8 +289,7 @@ int main(int argc, char** argv) {
       if (!a.batch.empty()) {
         std::vector<kv::PageTable> seqs(static_cast<size_t>(max_batch));
         for (auto& st : seqs) {
-          if (!cache->reserve(st, depth).is_ok()) die("KV reserve failed (batch)");
-          fill_random(*cache, g, st, depth, rng);
+          if (auto s = kv::fill_random(*cache, st, depth, rng()); !s.is_ok()) die(s.message());
         }
         // A hybrid's batched sequences start from this one's state, and each
         // run of -n steps is rewound to it (a state cannot be truncated).
