@@ -153,7 +153,7 @@ json split_verdict(const json& rows) {
 
 }  // namespace
 
-std::string lost_path_note(const std::string& row, const engine::EngineConfig& c,
+std::string lost_path_note(const std::string& what, const engine::EngineConfig& c,
                            const json& cells) {
   if (!c.spec.uses("oracle") || c.spec.gate) return "";
   std::string lost;
@@ -167,9 +167,9 @@ std::string lost_path_note(const std::string& row, const engine::EngineConfig& c
   }
   if (lost.empty()) return "";
   return fmt::format(
-      "ablation row '{}': the oracle lost its first pass's path at {}: those cells measure "
+      "{}: the oracle lost its first pass's path at {}: those cells measure "
       "mostly plain decode steps, not the oracle's acceptance{}",
-      row, lost,
+      what, lost,
       c.batch_invariant ? ""
                         : "; without --batch-invariant a verify row or a prompt chunked "
                           "differently is not bit-identical to the first pass, and greedy "
@@ -399,7 +399,9 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
       }
       cells.push_back(c);
     }
-    if (const std::string n = lost_path_note(r.name, r.cfg, cells); !n.empty()) {
+    if (const std::string n =
+            lost_path_note(fmt::format("ablation row '{}'", r.name), r.cfg, cells);
+        !n.empty()) {
       obs.message("bench: " + n);
       report["notes"].push_back(n);
     }

@@ -70,9 +70,10 @@ Status check_split_rows(const std::vector<std::string>& specs, const engine::Eng
 // --batch-invariant a verify row is not bit-identical to a decode step, and
 // the fill computed its prompt in other chunks than the repetitions, so a
 // greedy near-tie flips (docs/speculative.md). Such a cell measures plain
-// decoding, not the oracle's acceptance: the note naming the row and cells
-// says so. Empty when every cell kept its path or the row has no oracle.
-std::string lost_path_note(const std::string& row, const engine::EngineConfig& c,
+// decoding, not the oracle's acceptance: the note naming `what` (the ladder
+// or an ablation row) and the cells says so. Empty when every cell kept its
+// path or the engine has no oracle.
+std::string lost_path_note(const std::string& what, const engine::EngineConfig& c,
                            const nlohmann::json& cells);
 
 struct AblationInput {

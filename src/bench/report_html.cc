@@ -5,8 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "bench/report.h"
 #include "base/html.h"
+#include "bench/report.h"
+#include "bench/verify_curve.h"
 
 namespace sustain::bench {
 
@@ -228,6 +229,43 @@ std::string prefill_chart(const json& r) {
   return line_chart(3, "Prefill gradient", "context reached (tokens)", "prompt tok/s", ss, true, 0);
 }
 
+// The verify-cost curve: each k's step cost against the decode step, and
+// the speedup it implies at each acceptance α (the best k at that α), per
+// depth, with the break-even line.
+std::string verify_charts(const json& r) {
+  if (!r.contains("verify_curve") || !r["verify_curve"].is_object()) return "";
+  const json& v = r["verify_curve"];
+  if (!v.contains("points") || v["points"].empty()) return "";
+  std::vector<int64_t> ks;
+  for (const auto& k : v["ks"]) ks.push_back(k.get<int64_t>());
+  std::vector<Series> cost, gain;
+  for (const auto& p : v["points"]) {
+    const std::string name = "depth " + fmt_tick(p["depth"].get<double>());
+    Series c(name), g(name);
+    for (size_t i = 0; i < ks.size() && i < p["ratio"].size(); ++i)
+      c.pts.push_back({static_cast<double>(ks[i]), p["ratio"][i].get<double>()});
+    for (int a100 = 10; a100 <= 95; a100 += 5) {
+      const double a = a100 / 100.0;
+      double best = 0;
+      for (size_t i = 0; i < ks.size() && i < p["ratio"].size(); ++i) {
+        const double ratio = p["ratio"][i].get<double>();
+        if (ratio > 0) best = std::max(best, chain_tokens(a, ks[i]) / ratio);
+      }
+      g.pts.push_back({a, best});
+    }
+    cost.push_back(std::move(c));
+    gain.push_back(std::move(g));
+  }
+  Series even("break-even", true);
+  even.pts = {{0.1, 1.0}, {0.95, 1.0}};
+  gain.push_back(even);
+  std::string s = line_chart(10, "Verify step cost vs draft length", "drafted tokens k",
+                             "× a decode step", cost, false, 0);
+  s += line_chart(11, "Speedup implied by the verify cost at acceptance α (best k)",
+                  "acceptance α per drafted token", "× decode tok/s", gain, false, 0);
+  return s;
+}
+
 std::string concurrency_charts(const json& r) {
   if (!r.contains("concurrency") || !r["concurrency"].is_object() ||
       !r["concurrency"].contains("levels"))
@@ -319,8 +357,8 @@ std::string render_html(const json& r) {
     for (const auto& n : r["notes"]) s += "<li>" + html_escape(n.get<std::string>()) + "</li>\n";
     s += "</ul>\n";
   }
-  s += "<div>\n" + soak_charts(r) + ladder_charts(r) + prefill_chart(r) + concurrency_charts(r) +
-       ablation_chart(r) + "</div>\n";
+  s += "<div>\n" + soak_charts(r) + ladder_charts(r) + prefill_chart(r) + verify_charts(r) +
+       concurrency_charts(r) + ablation_chart(r) + "</div>\n";
   for (const Table& t : report_tables(r)) {
     s += "<h2>" + html_escape(t.title) + "</h2>\n";
     if (!t.note.empty()) s += "<p class=\"note\">" + html_escape(t.note) + "</p>\n";

@@ -173,6 +173,16 @@ void add_ladder(const json& r, std::vector<Table>& out) {
          mib(num(g, "peak_rss_bytes")), f1(num(b, "bandwidth_tok_s")),
          fmt::format("{:.0f} %", 100 * num(b, "measured_over_bandwidth")),
          f1(num(b, "compute_tok_s")), f1(num(g, "seed_model_tok_s"))});
+    // Under --spec: the cell's acceptance, mean draft and share of tokens
+    // from verify steps (visible tokens only are counted in tok/s).
+    if (g.contains("spec") && g["spec"].is_object()) {
+      if (t.header.back() != "speculation") t.header.push_back("speculation");
+      const json& sp = g["spec"];
+      t.rows.back().push_back(fmt::format(
+          "{:.0f} % of {} drafts accepted, k mean {:.2f}, {:.0f} % of tokens from verify steps",
+          100 * num(sp, "acceptance"), sp["drafted"].get<int64_t>(), num(sp, "k_mean"),
+          100 * num(sp, "verify_token_share")));
+    }
   }
   out.push_back(std::move(t));
 }
@@ -207,6 +217,38 @@ void add_prefill(const json& r, std::vector<Table>& out) {
       t.rows.push_back({ctx_label(q["ctx"].get<int64_t>()), f1(num(q, "seconds"))});
     out.push_back(std::move(t));
   }
+}
+
+// The verify-cost curve (verify_curve.h): per depth, k = 0's ms a step,
+// each k's cost ratio, and the best k and speedup at each acceptance.
+void add_verify_curve(const json& r, std::vector<Table>& out) {
+  if (!r.contains("verify_curve") || !r["verify_curve"].is_object()) return;
+  const json& v = r["verify_curve"];
+  if (!v.contains("points") || v["points"].empty()) return;
+  Table t{"Verify-cost curve",
+          fmt::format("a speculative verify step of k drafts (k + 1 tokens of one sequence, "
+                      "logits for each) over random K/V at each depth, ms P50 of {} steps × "
+                      "{} repetitions (each repetition times every k in turn); k > 0 as × the "
+                      "k = 0 step; best at α: the k with the most tokens per unit of step time, "
+                      "(1 − α^(k+1)) / (1 − α) ÷ its ratio, and that speedup",
+                      num(v, "steps"), num(v, "reps")),
+          {"depth", "k=0 ms"},
+          {}};
+  const json& ks = v["ks"];
+  for (size_t i = 1; i < ks.size(); ++i)
+    t.header.push_back(fmt::format("k={}", ks[i].get<int64_t>()));
+  for (const auto& a : v["alphas"])
+    t.header.push_back(fmt::format("best at α={:.1f}", a.get<double>()));
+  for (const auto& p : v["points"]) {
+    std::vector<std::string> cells = {ctx_label(p["depth"].get<int64_t>()),
+                                      f2(p["ms_p50"][0].get<double>())};
+    for (size_t i = 1; i < p["ratio"].size(); ++i)
+      cells.push_back(fmt::format("{:.2f}×", p["ratio"][i].get<double>()));
+    for (const auto& b : p["best"])
+      cells.push_back(fmt::format("k={} {:.2f}×", b["k"].get<int64_t>(), num(b, "speedup")));
+    t.rows.push_back(std::move(cells));
+  }
+  out.push_back(std::move(t));
 }
 
 void add_vision(const json& r, std::vector<Table>& out) {
@@ -553,6 +595,7 @@ std::vector<Table> report_tables(const json& r) {
   add_soak(r, out);
   add_ladder(r, out);
   add_prefill(r, out);
+  add_verify_curve(r, out);
   add_vision(r, out);
   add_concurrency(r, out);
   add_ablation(r, out);

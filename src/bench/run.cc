@@ -18,10 +18,11 @@
 #include "bench/plan_input.h"
 #include "bench/report.h"
 #include "bench/results.h"
-#include "bench/vision.h"
-#include "engine/image_input.h"
 #include "bench/sysinfo.h"
+#include "bench/verify_curve.h"
+#include "bench/vision.h"
 #include "bench/workloads.h"
+#include "engine/image_input.h"
 #include "plan/plan.h"
 #include "tensor/kv_names.h"
 #include "tools/needle_retriever.h"
@@ -251,6 +252,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   cfg.tpot_target_ms = c.tpot_target_ms;
   cfg.prefill_age_bound_s = c.prefill_age_bound_s;
   cfg.batch_invariant = c.batch_invariant;
+  cfg.spec = c.spec;
   cfg.prefix_cache = true;
   cfg.ranks = c.ranks;
   const int64_t max_conc = conc.empty() ? 1 : *std::max_element(conc.begin(), conc.end());
@@ -325,6 +327,11 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
     report["notes"].push_back(n);
   }
   report["ladder"] = ladder_json(ladder->rungs, cost, &bw);
+  if (const std::string n = lost_path_note("the context ladder", cfg, report["ladder"]);
+      !n.empty()) {
+    obs.message("bench: " + n);
+    report["notes"].push_back(n);
+  }
   add_memory_plan(report, cfg, e, threads);
   std::vector<int64_t> measured_ctx;
   for (const auto& r : ladder->rungs) measured_ctx.push_back(r.ctx);
@@ -354,6 +361,26 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   std::sort(windows.begin(), windows.end());
   windows.erase(std::unique(windows.begin(), windows.end()), windows.end());
   report["prefill"] = prefill_json(points, windows);
+
+  if (!c.verify_ks.empty()) {
+    if (cfg.ranks != nullptr) {
+      report["notes"].push_back(
+          "verify-cost curve not measured: the model is split over ranks (--split), and the "
+          "curve runs the model in this process");
+    } else {
+      VerifyCurveOptions vo;
+      vo.depths = measured_ctx;
+      vo.ks = c.verify_ks;
+      vo.seed = c.seed + 3;
+      prog("verify curve", 0.0,
+           fmt::format("{} depths x k = {}", vo.depths.size(), fmt::join(vo.ks, ",")));
+      ThreadPool pool(threads);
+      auto curve = measure_verify_curve(e.model(), e.kv_geometry(), pool, vo);
+      prog.done();
+      if (!curve) return curve.status();
+      report["verify_curve"] = verify_curve_json(*curve, vo);
+    }
+  }
 
   if (!conc.empty()) {
     EngineTarget target(e, c.conc_prompt, c.n_tokens, c.seed + 2);

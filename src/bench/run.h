@@ -18,6 +18,7 @@
 #include "bench/bandwidth.h"
 #include "bench/observer.h"
 #include "engine/api.h"
+#include "spec/proposer.h"
 
 namespace sustain::bench {
 
@@ -49,7 +50,13 @@ struct BenchConfig {
   // --batch-invariant (engine::EngineConfig::batch_invariant): what an
   // oracle row at depth needs to keep its first pass's path.
   bool batch_invariant = false;
+  // --spec and its flags (cli/spec_flags.h): speculation in the main
+  // ladder's engine, and so in every ablation row that does not switch it.
+  spec::Config spec;
   std::vector<int64_t> prefill;  // prefill gradient lengths from an empty cache; empty: none
+  // --verify-curve: draft lengths (from 0) whose verify step is timed at
+  // every ladder depth (verify_curve.h); empty: none.
+  std::vector<int64_t> verify_ks;
   int prefill_reps = 1;
   std::vector<int64_t> concurrency = {1, 2, 4, 8};  // levels; empty: no concurrency ladder
   int64_t conc_prompt = 256;                        // tokens (words over HTTP)

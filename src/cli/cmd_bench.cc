@@ -22,6 +22,7 @@
 #include "bench/report.h"
 #include "bench/results.h"
 #include "bench/run.h"
+#include "bench/verify_curve.h"
 #include "cli/cmd_bench_soak.h"
 #include "cli/commands.h"
 #include "cli/file_io.h"
@@ -29,6 +30,7 @@
 #include "cli/progress.h"
 #include "cli/ranks.h"
 #include "cli/serving_flags.h"
+#include "cli/spec_flags.h"
 #include "grammar/constraint.h"
 #include "grammar/gbnf.h"
 #include "grammar/schema.h"
@@ -42,6 +44,7 @@ struct BenchArgs {
   std::string mmproj;
   std::vector<std::string> images;
   ServingArgs serving;
+  SpecArgs spec;
   SplitArgs split;
   std::string ctx;
   int n_tokens = 32;
@@ -54,6 +57,7 @@ struct BenchArgs {
   int64_t batch = 512, ubatch = 512;
   std::string out;
   std::string prefill;
+  std::string verify_curve;
   int prefill_reps = 1;
   std::string concurrency = "1,2,4,8";
   int64_t conc_prompt = 256;
@@ -162,6 +166,7 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
     c.prefill_age_bound_s = ec.prefill_age_bound_s;
     c.batch_invariant = ec.batch_invariant;
   }
+  SUSTAIN_ASSIGN_OR_RETURN(c.spec, spec_config(a.spec));
   c.prefill_reps = a.prefill_reps;
   c.conc_prompt = a.conc_prompt;
   c.conc_requests = a.conc_requests;
@@ -204,6 +209,9 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
   }
   if (!a.ctx.empty()) {
     SUSTAIN_ASSIGN_OR_RETURN(c.ctx, parse_list(a.ctx, "--ctx"));
+  }
+  if (!a.verify_curve.empty()) {
+    SUSTAIN_ASSIGN_OR_RETURN(c.verify_ks, bench::parse_verify_ks(a.verify_curve));
   }
   if (!a.prefill.empty()) {
     SUSTAIN_ASSIGN_OR_RETURN(c.prefill, parse_list(a.prefill, "--prefill"));
@@ -370,10 +378,16 @@ Runner add_bench(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(65536)));
   add_serving_flags(sub, a->serving);
+  add_spec_flags(sub, a->spec);
   add_split_flags(sub, a->split);
   sub->add_option("-o,--output", a->out, "report directory (default: reports/<UTC time>)");
   sub->add_option("--prefill", a->prefill,
                   "prefill gradient from an empty cache at these prompt lengths (e.g. 10K,50K)");
+  sub->add_option("--verify-curve", a->verify_curve,
+                  "time a speculative verify step of k drafts (k + 1 tokens, logits for each) at "
+                  "every ladder depth for these k (e.g. 0,1,2,4,8,16; k = 0 is the decode step "
+                  "they are compared with), over random K/V; reports each k's cost ratio and "
+                  "the best k and speedup it implies at acceptance 0.5..0.9");
   sub->add_option("--prefill-reps", a->prefill_reps, "repetitions per --prefill length")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));

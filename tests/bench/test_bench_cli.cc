@@ -273,6 +273,83 @@ TEST(CliBench, OracleRowCountsSpeculationInEachContext) {
   EXPECT_EQ(r.err.find("lost its first pass"), std::string::npos) << r.err;
   const std::string md = slurp(dir + "/report.md");
   EXPECT_NE(md.find("accepted / tokens from verify steps: 64 100 %"), std::string::npos) << md;
+
+  // --spec on the main ladder (the flags run and serve take): its cells
+  // count the same way, and the Markdown ladder gains a speculation column.
+  std::filesystem::remove_all(dir);
+  auto m = run_cli("bench -m " + tiny_model() +
+                   " --ctx 64,256 -n 16 -r 2 -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 "
+                   "--quality off --batch-invariant --spec oracle:1 --spec-gate off "
+                   "--draft-max 4 -o " +
+                   dir);
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  const json jm = json::parse(slurp(dir + "/report.json"));
+  EXPECT_EQ(jm["conditions"]["engine"]["spec"]["types"], "oracle:1");
+  ASSERT_EQ(jm["ladder"].size(), 2u);
+  for (const auto& cell : jm["ladder"]) {
+    const json& s = cell["spec"];
+    ASSERT_TRUE(s.is_object()) << cell.dump();
+    EXPECT_GT(s["drafted"].get<int64_t>(), 0) << cell.dump();
+    EXPECT_EQ(s["accepted"], s["drafted"]) << cell.dump();
+  }
+  EXPECT_NE(slurp(dir + "/report.md").find("| speculation |"), std::string::npos);
+  auto bad = run_cli("bench -m " + tiny_model() + " --ctx 64 --spec telepathy");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--spec"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("telepathy"), std::string::npos) << bad.err;
+}
+
+// --verify-curve: every ladder depth gets each k's verify step timed (k = 0
+// added), the ratios to k = 0, and the best k at each acceptance; the
+// Markdown table and the two HTML charts show it. A hybrid model's state is
+// rewound after each step (tiny-qwen35).
+TEST(CliBench, VerifyCostCurveAtEveryDepth) {
+  const std::string hybrid = tmp_path("bench_cli_tiny_qwen35.gguf");
+  auto made = run_cli("synth --preset tiny-qwen35 --type Q8_0 -t 2 -o " + hybrid);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  for (const std::string& model : {tiny_model(), hybrid}) {
+    SCOPED_TRACE(model);
+    const std::string dir = tmp_path("bench_cli_verify_curve");
+    std::filesystem::remove_all(dir);
+    auto r = run_cli("bench -m " + model +
+                     " --ctx 64,160 -n 4 -r 1 -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 "
+                     "--quality off --verify-curve 1,4 -o " +
+                     dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json j = json::parse(slurp(dir + "/report.json"));
+    EXPECT_TRUE(bench::validate_report(j).is_ok());
+    const json& v = j["verify_curve"];
+    ASSERT_TRUE(v.is_object()) << j.dump();
+    EXPECT_EQ(v["ks"], json::array({0, 1, 4}));
+    ASSERT_EQ(v["points"].size(), 2u);
+    EXPECT_EQ(v["points"][0]["depth"], 64);
+    EXPECT_EQ(v["points"][1]["depth"], 160);
+    for (const auto& p : v["points"]) {
+      ASSERT_EQ(p["ms_p50"].size(), 3u);
+      ASSERT_EQ(p["ms"].size(), 3u);
+      for (const auto& reps : p["ms"]) EXPECT_EQ(reps.size(), 3u);  // 3 repetitions each
+      for (const auto& ms : p["ms_p50"]) EXPECT_GT(ms.get<double>(), 0.0);
+      EXPECT_DOUBLE_EQ(p["ratio"][0].get<double>(), 1.0);
+      ASSERT_EQ(p["best"].size(), 5u);
+      for (const auto& b : p["best"]) EXPECT_GT(b["speedup"].get<double>(), 0.0);
+    }
+    const std::string md = slurp(dir + "/report.md");
+    EXPECT_NE(md.find("## Verify-cost curve"), std::string::npos);
+    EXPECT_NE(md.find("| 160 |"), std::string::npos) << md;
+    const std::string html = slurp(dir + "/report.html");
+    EXPECT_NE(html.find("Verify step cost vs draft length"), std::string::npos);
+    EXPECT_NE(html.find("Speedup implied"), std::string::npos);
+  }
+  // Bad lists are named before anything runs.
+  for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
+           {"0,17", "'17' is not a draft length in 0..16"},
+           {"4,2", "must ascend"},
+           {"1,x", "'x'"}}) {
+    auto bad = run_cli("bench -m " + tiny_model() + " --ctx 64 --verify-curve " + flag);
+    EXPECT_NE(bad.exit_code, 0) << flag;
+    EXPECT_NE(bad.err.find("--verify-curve"), std::string::npos) << bad.err;
+    EXPECT_NE(bad.err.find(want), std::string::npos) << bad.err;
+  }
 }
 
 // --ablate grammar=: every generated token of the row constrained (a JSON

@@ -5,6 +5,7 @@
 
 #include "bench/ablation.h"
 #include "bench/report.h"
+#include "bench/verify_curve.h"
 #include "bench/workloads.h"
 #include "test_util.h"
 #include "tools/presets.h"
@@ -164,20 +165,52 @@ TEST(BenchEngine, AnOracleThatLostItsPathIsNamed) {
   };
   const nlohmann::json kept = {cell(512, 0.97), cell(4096, 0.9)};
   const nlohmann::json lost = {cell(512, 0.97), cell(4096, 0.2)};
-  EXPECT_EQ(lost_path_note("r", c, kept), "");
-  const std::string n = lost_path_note("r", c, lost);
+  EXPECT_EQ(lost_path_note("ablation row 'r'", c, kept), "");
+  const std::string n = lost_path_note("ablation row 'r'", c, lost);
   EXPECT_NE(n.find("'r'"), std::string::npos) << n;
   EXPECT_NE(n.find("ctx 4096 (20 %"), std::string::npos) << n;
   EXPECT_EQ(n.find("ctx 512"), std::string::npos) << n;
   EXPECT_NE(n.find("rerun with --batch-invariant"), std::string::npos) << n;
   c.batch_invariant = true;
-  EXPECT_EQ(lost_path_note("r", c, lost).find("rerun"), std::string::npos);
+  EXPECT_EQ(lost_path_note("ablation row 'r'", c, lost).find("rerun"), std::string::npos);
   // Under the gate few drafts is the gate's choice; other proposers have no path.
   c.spec.gate = true;
-  EXPECT_EQ(lost_path_note("r", c, lost), "");
+  EXPECT_EQ(lost_path_note("ablation row 'r'", c, lost), "");
   c.spec.gate = false;
   c.spec.types = {"ngram"};
-  EXPECT_EQ(lost_path_note("r", c, lost), "");
+  EXPECT_EQ(lost_path_note("ablation row 'r'", c, lost), "");
+}
+
+// The verify curve's pricing: a chain of k drafts at acceptance α yields
+// 1 + α + … + α^k tokens; the best k at each α is the one with the most
+// tokens per unit of its step's cost, from the P50 of each k's samples.
+TEST(BenchEngine, VerifyCurvePricesEachAcceptance) {
+  EXPECT_DOUBLE_EQ(chain_tokens(0.5, 0), 1.0);
+  EXPECT_DOUBLE_EQ(chain_tokens(0.5, 1), 1.5);
+  EXPECT_DOUBLE_EQ(chain_tokens(0.5, 4), 1.9375);
+  VerifyCurveOptions o;
+  o.ks = {0, 1, 4};
+  VerifyCurvePoint p;
+  p.depth = 4096;
+  p.ms = {{10, 9, 30}, {12, 11, 13}, {20, 21, 19}};  // P50 10, 12, 20 ms: ratios 1, 1.2, 2
+  const nlohmann::json j = verify_curve_json({p}, o);
+  const nlohmann::json& pt = j["points"][0];
+  EXPECT_DOUBLE_EQ(pt["ratio"][1].get<double>(), 1.2);
+  EXPECT_DOUBLE_EQ(pt["ratio"][2].get<double>(), 2.0);
+  // α = 0.5: k = 1 gives 1.5 / 1.2 = 1.25, k = 4 1.9375 / 2 < 1.
+  EXPECT_EQ(pt["best"][0]["alpha"], 0.5);
+  EXPECT_EQ(pt["best"][0]["k"], 1);
+  EXPECT_NEAR(pt["best"][0]["speedup"].get<double>(), 1.25, 1e-12);
+  // α = 0.9: k = 4 gives 4.0951 / 2, more than k = 1's 1.9 / 1.2.
+  EXPECT_EQ(pt["best"][4]["alpha"], 0.9);
+  EXPECT_EQ(pt["best"][4]["k"], 4);
+  EXPECT_NEAR(pt["best"][4]["speedup"].get<double>(), 4.0951 / 2, 1e-9);
+  // The list: 0 added in front, ascending, 0..16.
+  EXPECT_EQ(*parse_verify_ks("1,2,4"), (std::vector<int64_t>{0, 1, 2, 4}));
+  EXPECT_EQ(*parse_verify_ks("0,16"), (std::vector<int64_t>{0, 16}));
+  EXPECT_FALSE(parse_verify_ks("").has_value());
+  EXPECT_FALSE(parse_verify_ks("2,2").has_value());
+  EXPECT_FALSE(parse_verify_ks("-1").has_value());
 }
 
 TEST(BenchEngine, ModelConditions) {
