@@ -375,7 +375,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
       prog("verify curve", 0.0,
            fmt::format("{} depths x k = {}", vo.depths.size(), fmt::join(vo.ks, ",")));
       ThreadPool pool(threads);
-      auto curve = measure_verify_curve(e.model(), e.kv_geometry(), pool, vo);
+      auto curve = measure_verify_curve(e, pool, vo);
       prog.done();
       if (!curve) return curve.status();
       report["verify_curve"] = verify_curve_json(*curve, vo);

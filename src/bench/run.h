@@ -18,7 +18,6 @@
 #include "bench/bandwidth.h"
 #include "bench/observer.h"
 #include "engine/api.h"
-#include "spec/proposer.h"
 
 namespace sustain::bench {
 
@@ -52,7 +51,7 @@ struct BenchConfig {
   bool batch_invariant = false;
   // --spec and its flags (cli/spec_flags.h): speculation in the main
   // ladder's engine, and so in every ablation row that does not switch it.
-  spec::Config spec;
+  engine::SpecConfig spec;
   std::vector<int64_t> prefill;  // prefill gradient lengths from an empty cache; empty: none
   // --verify-curve: draft lengths (from 0) whose verify step is timed at
   // every ladder depth (verify_curve.h); empty: none.

@@ -4,12 +4,8 @@
 // step (k = 0), and the speedup that implies at a per-token acceptance α:
 // a chain of k drafts yields (1 − α^(k+1)) / (1 − α) visible tokens a step,
 // so speculation pays at (α, k) where that exceeds the step's cost ratio.
-//
-// Measured on the engine's model with its KV formats and layout, over a
-// cache of its own filled with random rows to each depth (kv/random_fill.h:
-// the cost does not depend on the values), after the ladder, with the
-// engine idle. Each repetition times every k in turn, so a slow moment of a
-// shared machine falls on all of them rather than on one k.
+// The steps are timed by engine/verify_cost.h on the engine's model, KV
+// formats and threads, after the ladder, with the engine idle.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +15,7 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
-#include "kv/kv_cache.h"
-#include "model/model.h"
+#include "engine/api.h"
 
 namespace sustain::bench {
 
@@ -38,10 +33,9 @@ struct VerifyCurvePoint {
   std::vector<std::vector<double>> ms;  // [k index][repetition]: ms per step
 };
 
-// `g`: the engine's KV geometry (formats, page size, layout); windows are
-// kept whole here, as every step is rewound to its depth.
-Expected<std::vector<VerifyCurvePoint>> measure_verify_curve(const Model& m,
-                                                             const kv::KvGeometry& g,
+// Times the curve on the engine's model with its KV formats and layout
+// (idle: nothing else may run on the engine meanwhile).
+Expected<std::vector<VerifyCurvePoint>> measure_verify_curve(const engine::Engine& e,
                                                              ThreadPool& pool,
                                                              const VerifyCurveOptions& opt);
 

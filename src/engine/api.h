@@ -46,6 +46,10 @@ constexpr double kAutoTpotMultiple = 4.0;
 // (the prompt's progress when the decoding streams alone exceed the target).
 constexpr int64_t kMinPrefillChunk = 16;
 
+// The speculation settings an engine takes (spec/proposer.h), for modules
+// above the engine that configure one.
+using SpecConfig = spec::Config;
+
 struct EngineConfig {
   std::string model_path;
   int n_threads = 0;            // 0 = every core this process may use
@@ -105,7 +109,7 @@ struct EngineConfig {
   bool repack = false;
   // Speculative decoding (spec/proposer.h): proposers, draft lengths. Off
   // when spec.types is empty and no extra proposer is given.
-  spec::Config spec;
+  SpecConfig spec;
   // A proposer of the caller's, asked before the configured ones (tests and
   // measurements: an oracle of known continuations). Shared by all sequences.
   std::shared_ptr<spec::Proposer> extra_proposer;
