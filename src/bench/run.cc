@@ -369,7 +369,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
           "curve runs the model in this process");
     } else {
       VerifyCurveOptions vo;
-      vo.depths = measured_ctx;
+      vo.depths = c.verify_depths.empty() ? measured_ctx : c.verify_depths;
       vo.ks = c.verify_ks;
       vo.seed = c.seed + 3;
       prog("verify curve", 0.0,

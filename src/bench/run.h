@@ -56,6 +56,7 @@ struct BenchConfig {
   // --verify-curve: draft lengths (from 0) whose verify step is timed at
   // every ladder depth (verify_curve.h); empty: none.
   std::vector<int64_t> verify_ks;
+  std::vector<int64_t> verify_depths;  // --verify-depths; empty: the ladder's depths
   int prefill_reps = 1;
   std::vector<int64_t> concurrency = {1, 2, 4, 8};  // levels; empty: no concurrency ladder
   int64_t conc_prompt = 256;                        // tokens (words over HTTP)

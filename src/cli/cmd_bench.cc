@@ -57,7 +57,7 @@ struct BenchArgs {
   int64_t batch = 512, ubatch = 512;
   std::string out;
   std::string prefill;
-  std::string verify_curve;
+  std::string verify_curve, verify_depths;
   int prefill_reps = 1;
   std::string concurrency = "1,2,4,8";
   int64_t conc_prompt = 256;
@@ -82,7 +82,8 @@ struct BenchArgs {
   int quality_trials = 1;
 };
 
-Expected<std::vector<int64_t>> parse_list(const std::string& s, const char* flag) {
+Expected<std::vector<int64_t>> parse_list(const std::string& s, const char* flag,
+                                          bool allow_zero = false) {
   std::vector<int64_t> out;
   std::stringstream ss(s);
   std::string item;
@@ -97,9 +98,10 @@ Expected<std::vector<int64_t>> parse_list(const std::string& s, const char* flag
     char* end = nullptr;
     errno = 0;
     const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || errno != 0 || v <= 0 || v > (int64_t(1) << 32) / mult)
-      return error(Code::kInvalidArgument,
-                   "{} '{}': '{}' is not a positive count (e.g. 512,2K,8192)", flag, s, item);
+    if (item.empty() || *end != '\0' || errno != 0 || v < (allow_zero ? 0 : 1) ||
+        v > (int64_t(1) << 32) / mult)
+      return error(Code::kInvalidArgument, "{} '{}': '{}' is not a {} count (e.g. 512,2K,8192)",
+                   flag, s, item, allow_zero ? "non-negative" : "positive");
     out.push_back(v * mult);
   }
   if (out.empty()) return error(Code::kInvalidArgument, "{} '{}': the list is empty", flag, s);
@@ -212,6 +214,17 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
   }
   if (!a.verify_curve.empty()) {
     SUSTAIN_ASSIGN_OR_RETURN(c.verify_ks, bench::parse_verify_ks(a.verify_curve));
+  }
+  if (!a.verify_depths.empty()) {
+    if (a.verify_curve.empty())
+      return error(Code::kInvalidArgument,
+                   "--verify-depths: give the draft lengths to time with --verify-curve "
+                   "(e.g. --verify-curve 0,1,2,4,8,16)");
+    SUSTAIN_ASSIGN_OR_RETURN(c.verify_depths, parse_list(a.verify_depths, "--verify-depths", true));
+    for (size_t i = 1; i < c.verify_depths.size(); ++i)
+      if (c.verify_depths[i] <= c.verify_depths[i - 1])
+        return error(Code::kInvalidArgument, "--verify-depths: the list must ascend ({} after {})",
+                     c.verify_depths[i], c.verify_depths[i - 1]);
   }
   if (!a.prefill.empty()) {
     SUSTAIN_ASSIGN_OR_RETURN(c.prefill, parse_list(a.prefill, "--prefill"));
@@ -388,6 +401,10 @@ Runner add_bench(CLI::App& app) {
                   "every ladder depth for these k (e.g. 0,1,2,4,8,16; k = 0 is the decode step "
                   "they are compared with), over random K/V; reports each k's cost ratio and "
                   "the best k and speedup it implies at acceptance 0.5..0.9");
+  sub->add_option("--verify-depths", a->verify_depths,
+                  "with --verify-curve: the depths to time it at (e.g. 0,4K,32K,128K) instead of "
+                  "the ladder's; the cache is filled with random K/V, so no prefill is needed "
+                  "and depths past the ladder cost seconds");
   sub->add_option("--prefill-reps", a->prefill_reps, "repetitions per --prefill length")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));

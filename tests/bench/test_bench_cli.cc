@@ -340,16 +340,35 @@ TEST(CliBench, VerifyCostCurveAtEveryDepth) {
     EXPECT_NE(html.find("Verify step cost vs draft length"), std::string::npos);
     EXPECT_NE(html.find("Speedup implied"), std::string::npos);
   }
+  // --verify-depths: the curve at depths of its own (no prefill: past the
+  // ladder, from 0).
+  const std::string dir = tmp_path("bench_cli_verify_depths");
+  std::filesystem::remove_all(dir);
+  auto d = run_cli("bench -m " + tiny_model() +
+                   " --ctx 64 -n 4 -r 1 -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 "
+                   "--quality off --verify-curve 2 --verify-depths 0,1K -o " +
+                   dir);
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  const json jd = json::parse(slurp(dir + "/report.json"));
+  ASSERT_EQ(jd["verify_curve"]["points"].size(), 2u);
+  EXPECT_EQ(jd["verify_curve"]["points"][0]["depth"], 0);
+  EXPECT_EQ(jd["verify_curve"]["points"][1]["depth"], 1024);
+  EXPECT_EQ(jd["verify_curve"]["ks"], json::array({0, 2}));
   // Bad lists are named before anything runs.
   for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
            {"0,17", "'17' is not a draft length in 0..16"},
            {"4,2", "must ascend"},
-           {"1,x", "'x'"}}) {
+           {"1,x", "'x'"},
+           {"1 --verify-depths 128,64", "--verify-depths: the list must ascend"},
+           {"1 --verify-depths 64,-1", "'-1' is not a non-negative count"}}) {
     auto bad = run_cli("bench -m " + tiny_model() + " --ctx 64 --verify-curve " + flag);
     EXPECT_NE(bad.exit_code, 0) << flag;
-    EXPECT_NE(bad.err.find("--verify-curve"), std::string::npos) << bad.err;
     EXPECT_NE(bad.err.find(want), std::string::npos) << bad.err;
   }
+  auto alone = run_cli("bench -m " + tiny_model() + " --ctx 64 --verify-depths 64");
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.err.find("--verify-depths: give the draft lengths"), std::string::npos)
+      << alone.err;
 }
 
 // --ablate grammar=: every generated token of the row constrained (a JSON
