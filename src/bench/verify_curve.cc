@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "bench/stats.h"
-#include "engine/verify_cost.h"
 
 namespace sustain::bench {
 
@@ -21,14 +20,8 @@ constexpr double kAlphas[] = {0.5, 0.6, 0.7, 0.8, 0.9};
 Expected<std::vector<VerifyCurvePoint>> measure_verify_curve(const engine::Engine& e,
                                                              ThreadPool& pool,
                                                              const VerifyCurveOptions& opt) {
-  engine::VerifyCostOptions vo;
-  vo.depths = opt.depths;
-  vo.ks = opt.ks;
-  vo.steps = opt.steps;
-  vo.reps = opt.reps;
-  vo.seed = opt.seed;
   SUSTAIN_ASSIGN_OR_RETURN(auto ms,
-                           engine::time_verify_steps(e.model(), e.kv_geometry(), pool, vo));
+                           engine::time_verify_steps(e.model(), e.kv_geometry(), pool, opt));
   std::vector<VerifyCurvePoint> out;
   for (size_t d = 0; d < ms.size(); ++d) out.push_back({opt.depths[d], std::move(ms[d])});
   return out;

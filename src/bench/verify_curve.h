@@ -16,15 +16,13 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/api.h"
+#include "engine/verify_cost.h"
 
 namespace sustain::bench {
 
-struct VerifyCurveOptions {
-  std::vector<int64_t> depths;  // ascending
-  std::vector<int64_t> ks;      // ascending, from 0, each <= kMaxK
-  int steps = 8;                // forward passes per (k, repetition)
-  int reps = 3;
-  uint64_t seed = 1;
+// The timing's options (depths, ks from 0, steps, reps, seed), each k at
+// most kMaxK.
+struct VerifyCurveOptions : engine::VerifyCostOptions {
   static constexpr int64_t kMaxK = 16;
 };
 

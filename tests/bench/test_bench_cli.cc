@@ -45,6 +45,19 @@ std::string slurp(const std::string& p) {
   return ss.str();
 }
 
+// `bench -m MODEL` on a short quiet run (no concurrency ladder, a small
+// bandwidth buffer, no quality pass) with ARGS, into tmp DIR (emptied
+// first); *r gets the exit status and output, the return its report.json
+// (null when the run failed).
+json quick_bench(const std::string& model, const std::string& args, const std::string& dir,
+                 CliResult* r) {
+  std::filesystem::remove_all(dir);
+  *r = run_cli("bench -m " + model +
+               " -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 --quality off " + args + " -o " +
+               dir);
+  return r->exit_code == 0 ? json::parse(slurp(dir + "/report.json")) : json();
+}
+
 TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
   const std::string dir = tmp_path("bench_cli_report");
   std::filesystem::remove_all(dir);
@@ -245,13 +258,12 @@ TEST(CliBench, Bandwidth) {
 // a verify step — a cell whose first pass was lost would show plain steps).
 TEST(CliBench, OracleRowCountsSpeculationInEachContext) {
   const std::string dir = tmp_path("bench_cli_oracle");
-  std::filesystem::remove_all(dir);
-  auto r = run_cli("bench -m " + tiny_model() +
-                   " --ctx 64,256 -n 16 -r 2 -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 "
-                   "--quality off --batch-invariant --ablate spec=oracle:1,draft=4,gate=off -o " +
-                   dir);
+  CliResult r;
+  const json j = quick_bench(tiny_model(),
+                             "--ctx 64,256 -n 16 -r 2 --batch-invariant "
+                             "--ablate spec=oracle:1,draft=4,gate=off",
+                             dir, &r);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json j = json::parse(slurp(dir + "/report.json"));
   EXPECT_TRUE(j["conditions"]["engine"]["batch_invariant"].get<bool>()) << j["conditions"].dump();
   const json& rows = j["ablation"]["rows"];
   ASSERT_EQ(rows.size(), 2u);
@@ -276,14 +288,12 @@ TEST(CliBench, OracleRowCountsSpeculationInEachContext) {
 
   // --spec on the main ladder (the flags run and serve take): its cells
   // count the same way, and the Markdown ladder gains a speculation column.
-  std::filesystem::remove_all(dir);
-  auto m = run_cli("bench -m " + tiny_model() +
-                   " --ctx 64,256 -n 16 -r 2 -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 "
-                   "--quality off --batch-invariant --spec oracle:1 --spec-gate off "
-                   "--draft-max 4 -o " +
-                   dir);
+  CliResult m;
+  const json jm = quick_bench(tiny_model(),
+                              "--ctx 64,256 -n 16 -r 2 --batch-invariant --spec oracle:1 "
+                              "--spec-gate off --draft-max 4",
+                              dir, &m);
   ASSERT_EQ(m.exit_code, 0) << m.err;
-  const json jm = json::parse(slurp(dir + "/report.json"));
   EXPECT_EQ(jm["conditions"]["engine"]["spec"]["types"], "oracle:1");
   ASSERT_EQ(jm["ladder"].size(), 2u);
   for (const auto& cell : jm["ladder"]) {
@@ -310,13 +320,9 @@ TEST(CliBench, VerifyCostCurveAtEveryDepth) {
   for (const std::string& model : {tiny_model(), hybrid}) {
     SCOPED_TRACE(model);
     const std::string dir = tmp_path("bench_cli_verify_curve");
-    std::filesystem::remove_all(dir);
-    auto r = run_cli("bench -m " + model +
-                     " --ctx 64,160 -n 4 -r 1 -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 "
-                     "--quality off --verify-curve 1,4 -o " +
-                     dir);
+    CliResult r;
+    const json j = quick_bench(model, "--ctx 64,160 -n 4 -r 1 --verify-curve 1,4", dir, &r);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const json j = json::parse(slurp(dir + "/report.json"));
     EXPECT_TRUE(bench::validate_report(j).is_ok());
     const json& v = j["verify_curve"];
     ASSERT_TRUE(v.is_object()) << j.dump();
@@ -343,13 +349,10 @@ TEST(CliBench, VerifyCostCurveAtEveryDepth) {
   // --verify-depths: the curve at depths of its own (no prefill: past the
   // ladder, from 0).
   const std::string dir = tmp_path("bench_cli_verify_depths");
-  std::filesystem::remove_all(dir);
-  auto d = run_cli("bench -m " + tiny_model() +
-                   " --ctx 64 -n 4 -r 1 -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 "
-                   "--quality off --verify-curve 2 --verify-depths 0,1K -o " +
-                   dir);
+  CliResult d;
+  const json jd = quick_bench(tiny_model(),
+                              "--ctx 64 -n 4 -r 1 --verify-curve 2 --verify-depths 0,1K", dir, &d);
   ASSERT_EQ(d.exit_code, 0) << d.err;
-  const json jd = json::parse(slurp(dir + "/report.json"));
   ASSERT_EQ(jd["verify_curve"]["points"].size(), 2u);
   EXPECT_EQ(jd["verify_curve"]["points"][0]["depth"], 0);
   EXPECT_EQ(jd["verify_curve"]["points"][1]["depth"], 1024);
