@@ -90,7 +90,7 @@ inline __m512i bcast4(const int8_t* p) {
 // NT tokens' sums over every block of one group: out[t] lane r is row r.
 template <QType kType, int NT>
 inline void group_dot(const uint8_t* group, int64_t nb, const uint8_t* const* act, int64_t n_in,
-                      bool prefetch, __m512* out) {
+                      const uint8_t* pf_end, __m512* out) {
   using F = TileFmt<kType>;
   const BlockQ8_0* a[NT];
   const int32_t* sums[NT];
@@ -103,9 +103,9 @@ inline void group_dot(const uint8_t* group, int64_t nb, const uint8_t* const* ac
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* gb = group + static_cast<size_t>(b) * F::kBytes;
-    if (prefetch && b + kPrefetchAhead < nb) {
-      const char* p = reinterpret_cast<const char*>(gb + kPrefetchAhead * F::kBytes);
-      for (size_t l = 0; l < F::kBytes; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+    if (const uint8_t* p = gb + kPrefetchAhead * F::kBytes; p < pf_end) {
+      for (size_t l = 0; l < F::kBytes; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + l), _MM_HINT_T0);
     }
     __m512i w[8];
     F::codes(gb, w);
@@ -134,7 +134,11 @@ inline void group_dot(const uint8_t* group, int64_t nb, const uint8_t* const* ac
 }
 
 // group_dot for 1 .. kTileTok tokens, by token count - 1.
-using GroupDotFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, bool, __m512*);
+// pf_end: the first pass over a group asks for the blocks kPrefetchAhead
+// ahead (one super-block for the K-quants) while they lie before pf_end,
+// running on into the next group (groups are contiguous); null: none.
+using GroupDotFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, const uint8_t*,
+                            __m512*);
 template <QType kType, size_t... I>
 constexpr std::array<GroupDotFn, sizeof...(I)> group_dots(std::index_sequence<I...>) {
   return {&group_dot<kType, static_cast<int>(I) + 1>...};
@@ -165,13 +169,16 @@ void walk_tiles(const std::array<GroupDotFn, kN>& dots, int64_t nb, const Matmul
       const uint8_t* group = a.w + static_cast<size_t>(rt / kTileRows) * group_bytes;
       const int nr = static_cast<int>(std::min<int64_t>(kTileRows, row1 - rt));
       const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
+      // The call's rows end at the end of its last group.
+      const uint8_t* rows_end =
+          a.w + static_cast<size_t>((row1 + kTileRows - 1) / kTileRows) * group_bytes;
       for (int64_t t = tc; t < te; t += kTileTok) {
         const int nt = static_cast<int>(std::min<int64_t>(kTileTok, te - t));
         const uint8_t* act[kTileTok];
         for (int i = 0; i < kTileTok; ++i)
           act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
         __m512 out[kTileTok];
-        dots[nt - 1](group, nb, act, a.n_in, t == tc, out);
+        dots[nt - 1](group, nb, act, a.n_in, t == tc ? rows_end : nullptr, out);
         for (int i = 0; i < nt; ++i)
           _mm512_mask_storeu_ps(a.y + (t + i) * a.ldy + rt, lanes, out[i]);
       }
@@ -217,7 +224,7 @@ inline __m512i dup16(__m512i v) {
 // Q8_K blocks carry their sums).
 template <int NT>
 inline void group_dot_q4k(const uint8_t* group, int64_t nsb, const uint8_t* const* act, int64_t,
-                          bool prefetch, __m512* out) {
+                          const uint8_t* pf_end, __m512* out) {
   const BlockQ8_K* a[NT];
   for (int t = 0; t < NT; ++t) {
     a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]);
@@ -226,9 +233,9 @@ inline void group_dot_q4k(const uint8_t* group, int64_t nsb, const uint8_t* cons
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nsb; ++b) {
     const uint8_t* gb = group + static_cast<size_t>(b) * kQ4KGroupBytes;
-    if (prefetch && b + 1 < nsb) {
-      const char* p = reinterpret_cast<const char*>(gb + kQ4KGroupBytes);
-      for (size_t l = 0; l < kQ4KGroupBytes; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+    if (const uint8_t* p = gb + kQ4KGroupBytes; p < pf_end) {
+      for (size_t l = 0; l < kQ4KGroupBytes; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + l), _MM_HINT_T0);
     }
     const __m512i dd = _mm512_loadu_si512(gb);
     const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
@@ -370,7 +377,7 @@ inline void q6k_sub_blocks(const uint8_t* gb, const BlockQ8_K* const* a, int64_t
 // NT tokens' sums over every super-block of one group.
 template <int NT>
 inline void group_dot_q6k(const uint8_t* group, int64_t nsb, const uint8_t* const* act, int64_t,
-                          bool prefetch, __m512* out) {
+                          const uint8_t* pf_end, __m512* out) {
   const BlockQ8_K* a[NT];
   for (int t = 0; t < NT; ++t) {
     a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]);
@@ -378,9 +385,9 @@ inline void group_dot_q6k(const uint8_t* group, int64_t nsb, const uint8_t* cons
   }
   for (int64_t b = 0; b < nsb; ++b) {
     const uint8_t* gb = group + static_cast<size_t>(b) * kQ6KGroupBytes;
-    if (prefetch && b + 1 < nsb) {
-      const char* p = reinterpret_cast<const char*>(gb + kQ6KGroupBytes);
-      for (size_t l = 0; l < kQ6KGroupBytes; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+    if (const uint8_t* p = gb + kQ6KGroupBytes; p < pf_end) {
+      for (size_t l = 0; l < kQ6KGroupBytes; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + l), _MM_HINT_T0);
     }
     __m512 sum[NT];
     for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_ps();
