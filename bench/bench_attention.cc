@@ -10,6 +10,7 @@
 //   bench_attention --benchmark_filter='Decode.*/32768/32/1/4/'  (Q4_0 tiled and rows)
 //   bench_attention --benchmark_filter=Verify  (k + 1 queries of one sequence at 32K)
 //   bench_attention --benchmark_filter=Wide  (qwen3.5-4b's and qwen3-4b's head shapes)
+//   bench_attention --benchmark_filter=BatchDecode  (8 / 16 short sequences at once)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -213,6 +214,77 @@ void BM_DecodeAttentionWide(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeAttentionWide)
     ->ArgsProduct({{0, 1}, {4096, 32768}, {1, 3, 4}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+// B sequences decoding together, each at `ctx` tokens with a page table of
+// its own: the serving shape of batched decode (issue 20's eight streams of
+// a few hundred tokens), where the items are whole sequences and the KV read
+// per step is B × ctx rows.
+struct BatchSetup {
+  std::unique_ptr<kv::KvCache> cache;
+  std::vector<kv::PageTable> tables;
+};
+
+BatchSetup& batch_setup(QType type, int batch, int64_t ctx) {
+  static std::map<std::tuple<QType, int, int64_t>, BatchSetup> cache;
+  BatchSetup& s = cache[{type, batch, ctx}];
+  if (s.cache) return s;
+  kv::KvGeometry g;
+  g.n_layer = kLayers;
+  g.n_head_kv = kHeadsKv;
+  g.head_dim_k = g.head_dim_v = kHeadDim;
+  g.k_type = g.v_type = type;
+  g.page_tokens = 32;
+  auto c = kv::KvCache::create(g, ctx * batch);
+  if (!c) std::abort();
+  s.cache = std::make_unique<kv::KvCache>(std::move(c.value()));
+  s.tables.resize(size_t(batch));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(size_t(kHeadsKv) * kHeadDim), v(k.size());
+  // Sequences reserve a page at a time in turn, as decoding streams do, so
+  // their pages interleave in the pool.
+  for (int64_t pos = 0; pos < ctx; ++pos) {
+    for (kv::PageTable& t : s.tables) {
+      if (!s.cache->reserve(t, 1)) std::abort();
+      for (int layer = 0; layer < kLayers; ++layer) {
+        for (float& x : k) x = nd(rng);
+        for (float& x : v) x = nd(rng);
+        s.cache->store(t, layer, pos, k.data(), v.data());
+      }
+    }
+  }
+  return s;
+}
+
+// One decode step of B sequences over all kLayers layers.
+// args: sequences (B), context of each, format (index in kTypes)
+void BM_BatchDecodeAttention(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0));
+  const int64_t ctx = state.range(1);
+  const QType type = kTypes[state.range(2)];
+  BatchSetup& s = batch_setup(type, batch, ctx);
+  const attention::AttnParams p = bench_params(true);
+  std::vector<attention::QueryInfo> queries;
+  for (const kv::PageTable& t : s.tables) queries.push_back({&t, ctx});
+  std::vector<float> q(size_t(batch) * kHeads * kHeadDim), out(q.size());
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : q) x = nd(rng);
+  Buffer scratch = aligned_buffer(attention::attention_scratch_bytes(p, batch, kThreads));
+  Setup view;  // time_layers reads the geometry only
+  view.cache.reset(s.cache.get());
+  time_layers(state, view, ctx * batch, kLayers, [&](int layer) {
+    attention::attend(*s.cache, layer, p, queries, q.data(), out.data(), pool(), scratch.get());
+    benchmark::DoNotOptimize(out.data());
+  });
+  (void)view.cache.release();
+  state.SetLabel(std::string(qtype_name(type)) + " " + std::to_string(batch) + " sequences");
+}
+BENCHMARK(BM_BatchDecodeAttention)
+    ->ArgsProduct({{1, 8, 16}, {256, 1024}, {1, 3}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

@@ -5,6 +5,7 @@
 //
 //   bench_matmul --benchmark_filter=Decode   # or Prefill, Batch, ReadBandwidth
 //   env SUSTAIN_BENCH_THREADS=2 (default: 2)
+//   env SUSTAIN_BENCH_HOT=1: weights from cache (the kernels' arithmetic alone)
 //
 // Decode cycles through enough copies of the matrix to exceed the L3 cache,
 // so weights come from DRAM as they do in a real decode step. So does Batch:
@@ -98,8 +99,12 @@ void run(benchmark::State& state, QType t, int64_t n_out, int64_t n_in, int64_t 
   }
   // Decode: > 128 MiB of weights in rotation, far beyond L3.
   const size_t one = qtype_row_bytes(t, static_cast<uint64_t>(n_in)) * static_cast<size_t>(n_out);
+  // SUSTAIN_BENCH_HOT=1: one copy, so the weights stay in cache and the
+  // figures are the kernel's arithmetic alone (against which the DRAM
+  // figures show how much of a call is waiting for memory).
+  const bool hot = std::getenv("SUSTAIN_BENCH_HOT") != nullptr;
   const int copies =
-      n_tok <= 16 ? static_cast<int>(std::max<size_t>(1, (128u << 20) / one + 1)) : 1;
+      n_tok <= 16 && !hot ? static_cast<int>(std::max<size_t>(1, (128u << 20) / one + 1)) : 1;
   Weights w = make_weights(t, n_out, n_in, copies);
   std::vector<uint8_t> tiles;
   if (repacked) {
