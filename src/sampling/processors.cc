@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "base/status.h"
@@ -157,6 +158,44 @@ size_t draw(const Candidates& c, double u) {
   // Unreachable when total > 0 (cum ends at total > target); a list with no
   // probability at all gets its last positive entry or the first.
   return last_nonzero;
+}
+
+int32_t argmax_logits(const float* logits, int32_t n) {
+  SUSTAIN_CHECK(n > 0);
+  // Four independent 4-float vectors (GCC/Clang vector extensions: SSE on
+  // x86-64, NEON on ARM64, whatever the build's baseline). `x > m` is false
+  // for NaN, which so never becomes a maximum.
+  using V4 = float __attribute__((vector_size(16)));
+  constexpr int kLanes = 16;
+  V4 m[4];
+  for (V4& v : m) v = V4{kNegInf, kNegInf, kNegInf, kNegInf};
+  int32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < 4; ++j) {
+      V4 x;
+      std::memcpy(&x, logits + i + 4 * j, sizeof(x));
+      m[j] = x > m[j] ? x : m[j];
+    }
+  float best = kNegInf;
+  for (; i < n; ++i) best = logits[i] > best ? logits[i] : best;
+  for (const V4& v : m)
+    for (int j = 0; j < 4; ++j) best = v[j] > best ? v[j] : best;
+  // Every logit -inf or NaN: all tie at -inf, and the lowest id wins.
+  if (best == kNegInf) return 0;
+  // The first block of 16 that holds it, then its place in the block.
+  using I4 = int32_t __attribute__((vector_size(16)));
+  const V4 b{best, best, best, best};
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+    I4 hit{0, 0, 0, 0};
+    for (int j = 0; j < 4; ++j) {
+      V4 x;
+      std::memcpy(&x, logits + i + 4 * j, sizeof(x));
+      hit |= x == b;
+    }
+    if ((hit[0] | hit[1] | hit[2] | hit[3]) != 0) break;
+  }
+  while (logits[i] != best) ++i;
+  return i;
 }
 
 size_t argmax(const Candidates& c) {

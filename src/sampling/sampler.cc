@@ -94,6 +94,18 @@ void Sampler::record(int32_t token) {
 }
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+  if (config_.temperature <= 0.0f && config_.logit_bias.empty() && !history_.active() &&
+      !constraint_) {
+    // Greedy with nothing that changes a logit: the argmax of the logits
+    // themselves, the same token the chain below would pick. Serving eight
+    // streams, filling candidates took 6 % of the engine thread's time.
+    SUSTAIN_CHECK(logits != nullptr && n_vocab > 0);
+    const int32_t token = argmax_logits(logits, n_vocab);
+    last_ = TokenProb{token, 1.0f, 0.0f};
+    last_greedy_ = true;
+    record(token);
+    return token;
+  }
   prepare(logits, n_vocab);
   Candidates& c = live_;
   int32_t token;

@@ -289,6 +289,34 @@ TEST(Argmax, LowestIdOnTies) {
   EXPECT_EQ(l.c.data[argmax(l.c)].id, 1);
 }
 
+// argmax_logits must choose what argmax over the filled candidates chooses,
+// on every length around the 16-lane blocks and with the awkward values:
+// NaN (never chosen), infinities, ties (lowest id), signed zeros, and all of
+// the logits -inf or NaN (id 0).
+TEST(Argmax, OnRawLogitsAgreesWithTheCandidates) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(7);
+  const std::vector<float> specials = {nan, -kInf, kInf, 0.0f, -0.0f, 3.0f, -3.0f};
+  for (int n : {1, 2, 15, 16, 17, 31, 32, 33, 100, 49152 + 5}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> l(static_cast<size_t>(n));
+      const int mode = trial % 5;
+      for (float& v : l) {
+        const auto r = rng();
+        if (mode == 0) v = static_cast<float>(static_cast<int>(r % 4));  // many ties
+        if (mode == 1) v = specials[r % specials.size()];
+        if (mode == 2) v = (r % 3 == 0) ? nan : -kInf;  // nothing finite
+        if (mode == 3) v = static_cast<float>(r % 100000) * 1e-3f - 50.0f;
+        if (mode == 4) v = (r % 2) ? nan : 1.0f;
+      }
+      if (trial == 1) l.back() = kInf;  // the maximum in the tail
+      List c(l);
+      ASSERT_EQ(argmax_logits(l.data(), n), c.c.data[argmax(c.c)].id)
+          << "n " << n << " trial " << trial;
+    }
+  }
+}
+
 TEST(Penalties, RepeatFrequencyPresenceOnAKnownHistory) {
   // History 0 1 0 2 (window 8): counts {0: 2, 1: 1, 2: 1}. repeat 2,
   // frequency 0.5, presence 0.25:
