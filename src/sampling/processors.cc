@@ -198,6 +198,50 @@ int32_t argmax_logits(const float* logits, int32_t n) {
   return i;
 }
 
+void top_k_logits(Candidates& c, Candidate* buffer, const float* logits, int32_t n_vocab,
+                  int32_t k) {
+  SUSTAIN_CHECK(k > 0 && k < n_vocab);
+  // A heap whose front is the candidate ranking last among those kept.
+  auto worse_first = [](const Candidate& a, const Candidate& b) { return ranks_before(a, b); };
+  auto at = [&](int32_t i) {
+    return Candidate{i, std::isnan(logits[i]) ? kNegInf : logits[i], 0.0f};
+  };
+  Candidate* heap = buffer;
+  for (int32_t i = 0; i < k; ++i) heap[i] = at(i);
+  std::make_heap(heap, heap + k, worse_first);
+  // A later id never displaces an equal logit (the lower id ranks first),
+  // and NaN counts as -inf: only a logit strictly above the front's can
+  // enter, which `x > t` (false for NaN) tests 16 at a time.
+  using V4 = float __attribute__((vector_size(16)));
+  using I4 = int32_t __attribute__((vector_size(16)));
+  constexpr int32_t kBlock = 16;
+  int32_t i = k;
+  auto consider = [&](int32_t j) {
+    if (!(logits[j] > heap[0].logit)) return;
+    std::pop_heap(heap, heap + k, worse_first);
+    heap[k - 1] = at(j);
+    std::push_heap(heap, heap + k, worse_first);
+  };
+  for (; i < n_vocab && i % kBlock != 0; ++i) consider(i);
+  for (; i + kBlock <= n_vocab; i += kBlock) {
+    const float t = heap[0].logit;
+    const V4 tv{t, t, t, t};
+    I4 hit{0, 0, 0, 0};
+    for (int j = 0; j < 4; ++j) {
+      V4 x;
+      std::memcpy(&x, logits + i + 4 * j, sizeof(x));
+      hit |= x > tv;
+    }
+    if ((hit[0] | hit[1] | hit[2] | hit[3]) == 0) continue;
+    for (int32_t j = i; j < i + kBlock; ++j) consider(j);
+  }
+  for (; i < n_vocab; ++i) consider(i);
+  std::sort(heap, heap + k, ranks_before);
+  c.data = buffer;
+  c.size = static_cast<size_t>(k);
+  c.sorted = true;
+}
+
 size_t argmax(const Candidates& c) {
   SUSTAIN_CHECK(c.size > 0);
   size_t best = 0;

@@ -84,6 +84,14 @@ size_t argmax(const Candidates& c);
 // x86-64 build).
 int32_t argmax_logits(const float* logits, int32_t n);
 
+// fill_candidates followed by top_k(c, k), for 0 < k < n_vocab, in one pass
+// over the logits that keeps the k best in a heap (a block of 16 logits none
+// of which beats the heap's worst costs one vector compare), then sorts
+// them: the same k candidates in the same order, without writing and
+// partitioning n_vocab 12-byte candidates. buffer needs k entries.
+void top_k_logits(Candidates& c, Candidate* buffer, const float* logits, int32_t n_vocab,
+                  int32_t k);
+
 // The order used for "sorted": true if a comes before b.
 inline bool ranks_before(const Candidate& a, const Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);

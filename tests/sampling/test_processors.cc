@@ -317,6 +317,44 @@ TEST(Argmax, OnRawLogitsAgreesWithTheCandidates) {
   }
 }
 
+// top_k_logits must leave what fill_candidates + top_k leave: the same k
+// candidates (ids and logits) in the same order, with ties, NaN, infinities
+// and the best logits anywhere, including the unaligned head and tail.
+TEST(TopK, OnRawLogitsAgreesWithTheCandidates) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(11);
+  const std::vector<float> specials = {nan, -kInf, kInf, 0.0f, -0.0f, 3.0f, -3.0f};
+  for (int n : {2, 17, 33, 100, 1000, 49152 + 7}) {
+    for (int k : {1, 2, 15, 16, 17, 40, n - 1}) {
+      if (k <= 0 || k >= n) continue;
+      for (int trial = 0; trial < 10; ++trial) {
+        std::vector<float> l(static_cast<size_t>(n));
+        const int mode = trial % 5;
+        for (float& v : l) {
+          const auto r = rng();
+          if (mode == 0) v = static_cast<float>(static_cast<int>(r % 4));  // many ties
+          if (mode == 1) v = specials[r % specials.size()];
+          if (mode == 2) v = (r % 3 == 0) ? nan : -kInf;  // nothing finite
+          if (mode == 3) v = static_cast<float>(r % 100000) * 1e-3f - 50.0f;
+          if (mode == 4) v = static_cast<float>(static_cast<int>(r % 1000));  // rising maxima
+        }
+        if (mode == 4) std::sort(l.begin(), l.end());  // every block beats the heap
+        List want(l);
+        top_k(want.c, k);
+        std::vector<Candidate> buf(static_cast<size_t>(k));
+        Candidates got;
+        top_k_logits(got, buf.data(), l.data(), n, k);
+        ASSERT_TRUE(got.sorted);
+        ASSERT_EQ(got.size, want.c.size);
+        for (size_t i = 0; i < got.size; ++i) {
+          ASSERT_EQ(got.data[i].id, want.c.data[i].id) << "n " << n << " k " << k << " at " << i;
+          ASSERT_EQ(got.data[i].logit, want.c.data[i].logit);
+        }
+      }
+    }
+  }
+}
+
 TEST(Penalties, RepeatFrequencyPresenceOnAKnownHistory) {
   // History 0 1 0 2 (window 8): counts {0: 2, 1: 1, 2: 1}. repeat 2,
   // frequency 0.5, presence 0.25:
