@@ -60,7 +60,15 @@ json build_conditions() {
           {"compiler", __VERSION__}};
 }
 
-json sampler_conditions(uint64_t seed) {
+json sampler_conditions(uint64_t seed, float temperature) {
+  if (temperature > 0.0f)
+    return {{"temperature", temperature},
+            {"top_k", 40},
+            {"top_p", 0.95},
+            {"min_p", 0.05},
+            {"ignore_eos", true},
+            {"prompt_seed", seed},
+            {"sampler_seed", "per request, from the prompt seed"}};
   return {{"temperature", 0.0}, {"top_k", 0},         {"top_p", 1.0},
           {"min_p", 0.0},       {"ignore_eos", true}, {"prompt_seed", seed}};
 }

@@ -19,6 +19,7 @@ nlohmann::json new_report(const std::string& command_line);
 // conditions.machine, conditions.build and conditions.sampler.
 nlohmann::json machine_conditions();
 nlohmann::json build_conditions();
-nlohmann::json sampler_conditions(uint64_t seed);
+// bench_sampler(temperature) as the report's conditions.sampler.
+nlohmann::json sampler_conditions(uint64_t seed, float temperature = 0.0f);
 
 }  // namespace sustain::bench

@@ -156,6 +156,13 @@ RequestTiming HttpTarget::run(int64_t index, BenchClock::time_point origin) {
       {"model", model_},  {"prompt", prompt(index)}, {"max_tokens", opt_.max_tokens},
       {"temperature", 0}, {"stream", true},          {"stream_options", {{"include_usage", true}}}};
   if (opt_.ignore_eos) body["ignore_eos"] = true;
+  if (opt_.temperature > 0.0f) {
+    body["temperature"] = opt_.temperature;
+    body["top_k"] = 40;
+    body["top_p"] = 0.95;
+    body["min_p"] = 0.05;
+    body["seed"] = opt_.seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index + 1));
+  }
   if (!opt_.json_schema.is_null()) {
     body["response_format"] = {
         {"type", "json_schema"},

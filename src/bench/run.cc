@@ -114,6 +114,7 @@ Expected<json> run_http(const BenchConfig& c, Observer& obs) {
   ho.prompt_words = c.conc_prompt;
   ho.max_tokens = c.n_tokens;
   ho.seed = c.seed;
+  ho.temperature = c.temperature;
   ho.json_schema = c.json_schema;
   SUSTAIN_ASSIGN_OR_RETURN(auto target, HttpTarget::create(ho));
   json report = new_report(c.command_line);
@@ -136,7 +137,7 @@ Expected<json> run_http(const BenchConfig& c, Observer& obs) {
                             {"emission", "an SSE event whose choices[].text is non-empty"}}},
                           {"machine", machine_conditions()},
                           {"build", build_conditions()},
-                          {"sampler", sampler_conditions(c.seed)},
+                          {"sampler", sampler_conditions(c.seed, c.temperature)},
                           {"workload",
                            {{"concurrency", c.concurrency},
                             {"requests_per_client", c.conc_requests},
@@ -317,6 +318,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   lo.n_tokens = c.n_tokens;
   lo.reps = c.reps;
   lo.seed = c.seed;
+  lo.temperature = c.temperature;
   lo.budget_s = budget;
   lo.progress = progress;
   auto ladder = run_context_ladder(e, lo);
@@ -383,7 +385,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   }
 
   if (!conc.empty()) {
-    EngineTarget target(e, c.conc_prompt, c.n_tokens, c.seed + 2);
+    EngineTarget target(e, c.conc_prompt, c.n_tokens, c.seed + 2, nullptr, c.temperature);
     auto levels = run_load(target, load_options(c, conc, c.rates, prog));
     if (!levels) {
       prog.done();
@@ -405,7 +407,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
       {"engine", engine_conditions(e.config())},
       {"machine", machine_conditions()},
       {"build", build_conditions()},
-      {"sampler", sampler_conditions(c.seed)},
+      {"sampler", sampler_conditions(c.seed, c.temperature)},
       {"workload",
        {{"ctx_requested", ctx},
         {"ctx_measured", measured_ctx},

@@ -35,11 +35,12 @@ struct OneRun {
 
 Expected<OneRun> run_one(engine::Engine& e, std::vector<int32_t> prompt, int32_t max_tokens,
                          BenchClock::time_point origin, bool sample_kv,
-                         const std::shared_ptr<const sampling::ConstraintFactory>& constraint) {
+                         const std::shared_ptr<const sampling::ConstraintFactory>& constraint,
+                         const sampling::SamplerConfig& sampler = bench_sampler()) {
   engine::Request req;
   req.prompt = std::move(prompt);
   req.max_tokens = max_tokens;
-  req.sampling = bench_sampler();
+  req.sampling = sampler;
   req.sampling.constraint = constraint;
   req.ignore_eos = true;
   OneRun out;
@@ -79,13 +80,17 @@ std::vector<int32_t> head(const std::vector<int32_t>& v, int64_t n) {
 
 }  // namespace
 
-sampling::SamplerConfig bench_sampler() {
-  sampling::SamplerConfig s;
-  s.temperature = 0.0f;
-  s.top_k = 0;
-  s.top_p = 1.0f;
-  s.min_p = 0.0f;
-  s.seed = 0;
+sampling::SamplerConfig bench_sampler(float temperature, uint64_t seed) {
+  sampling::SamplerConfig s;  // its defaults are the server's
+  s.temperature = temperature;
+  s.seed = seed;
+  if (temperature <= 0.0f) {
+    s.temperature = 0.0f;
+    s.top_k = 0;
+    s.top_p = 1.0f;
+    s.min_p = 0.0f;
+    s.seed = 0;
+  }
   return s;
 }
 
@@ -286,7 +291,8 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
     r.speculative = e.config().spec.enabled();
     // The fill (timed) doubles as the warm-up of this rung's decode.
     SUSTAIN_ASSIGN_OR_RETURN(
-        OneRun fill, run_one(e, head(prompt, L), opt.n_tokens, origin, false, opt.constraint));
+        OneRun fill, run_one(e, head(prompt, L), opt.n_tokens, origin, false, opt.constraint,
+                             bench_sampler(opt.temperature, opt.seed)));
     r.fill_from = fill.usage.cached_prompt_tokens;
     r.fill_new_tokens = fill.usage.prompt_tokens - fill.usage.cached_prompt_tokens;
     r.fill_ttft_s = fill.timing.token_times.front() - fill.timing.t_submit;
@@ -298,7 +304,8 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
         opt.progress("ladder", base + step * (rep + 1) / (opt.reps + 1),
                      fmt::format("ctx {}: decode rep {}/{}", L, rep + 1, opt.reps));
       SUSTAIN_ASSIGN_OR_RETURN(
-          OneRun run, run_one(e, head(prompt, L), opt.n_tokens, origin, rep == 0, opt.constraint));
+          OneRun run, run_one(e, head(prompt, L), opt.n_tokens, origin, rep == 0, opt.constraint,
+                              bench_sampler(opt.temperature, opt.seed + rep + 1)));
       const auto& tt = run.timing.token_times;
       SUSTAIN_ASSIGN_OR_RETURN(std::vector<double> gaps, per_token_decode_s(tt, run.token_steps));
       const double span = tt.size() >= 2 ? tt.back() - tt.front() : 0.0;
@@ -359,8 +366,8 @@ Expected<std::vector<PrefillPoint>> run_prefill_points(engine::Engine& e,
 
 RequestTiming EngineTarget::run(int64_t index, BenchClock::time_point origin) {
   const uint64_t s = seed_ ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(index + 1));
-  auto r =
-      run_one(e_, random_prompt(e_, prompt_tokens_, s), max_tokens_, origin, false, constraint_);
+  auto r = run_one(e_, random_prompt(e_, prompt_tokens_, s), max_tokens_, origin, false,
+                   constraint_, bench_sampler(temperature_, s));
   if (!r) {
     std::lock_guard<std::mutex> lk(mu_);
     last_error_ = r.status().message();

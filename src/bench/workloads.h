@@ -33,9 +33,12 @@ nlohmann::json model_conditions(const engine::Engine& e);
 nlohmann::json kv_conditions(const engine::Engine& e);
 nlohmann::json engine_conditions(const engine::EngineConfig& c);
 
-// The sampler every bench request uses: greedy, ignore_eos, so each request
-// generates exactly max_tokens tokens.
-sampling::SamplerConfig bench_sampler();
+// The sampler every bench request uses, with ignore_eos, so each request
+// generates exactly max_tokens tokens: greedy at temperature 0 (the
+// default); above it the server's default chain (top_k 40, top_p 0.95,
+// min_p 0.05) at that temperature, seeded with `seed` (bench --temp: what
+// sampling costs a served step).
+sampling::SamplerConfig bench_sampler(float temperature = 0.0f, uint64_t seed = 0);
 
 struct LadderOptions {
   std::vector<int64_t> ctx;  // ascending
@@ -50,6 +53,7 @@ struct LadderOptions {
   // Every generated token under this constraint (null: none), as a
   // grammar / JSON-schema request would be (--ablate grammar=).
   std::shared_ptr<const sampling::ConstraintFactory> constraint;
+  float temperature = 0.0f;  // bench_sampler's
 };
 struct LadderResult {
   std::vector<LadderRung> rungs;
@@ -65,16 +69,19 @@ Expected<std::vector<PrefillPoint>> run_prefill_points(engine::Engine& e,
                                                        const ProgressFn& progress);
 
 // The concurrency ladder's in-process target: request i is a prompt of
-// `prompt_tokens` seeded by (seed, i), `max_tokens` greedy tokens.
+// `prompt_tokens` seeded by (seed, i), `max_tokens` tokens sampled by
+// bench_sampler(temperature, (seed, i)).
 class EngineTarget : public LoadTarget {
  public:
   EngineTarget(engine::Engine& e, int64_t prompt_tokens, int32_t max_tokens, uint64_t seed,
-               std::shared_ptr<const sampling::ConstraintFactory> constraint = nullptr)
+               std::shared_ptr<const sampling::ConstraintFactory> constraint = nullptr,
+               float temperature = 0.0f)
       : e_(e),
         prompt_tokens_(prompt_tokens),
         max_tokens_(max_tokens),
         seed_(seed),
-        constraint_(std::move(constraint)) {}
+        constraint_(std::move(constraint)),
+        temperature_(temperature) {}
   RequestTiming run(int64_t index, BenchClock::time_point origin) override;
   std::string last_error() const override;
   // The engine's TPOT-target counters over the level (EngineStats deltas).
@@ -88,6 +95,7 @@ class EngineTarget : public LoadTarget {
   int32_t max_tokens_;
   uint64_t seed_;
   std::shared_ptr<const sampling::ConstraintFactory> constraint_;
+  float temperature_;
   mutable std::mutex mu_;
   std::string last_error_;
 };

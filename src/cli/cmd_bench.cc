@@ -69,6 +69,7 @@ struct BenchArgs {
   std::string ablate_file;
   double budget = -1;  // < 0: 300 s for the default ladder, none for an explicit --ctx
   uint64_t seed = 1234;
+  float temperature = 0.0f;  // --temp
   int64_t bw_mib = 1024;
   int bw_reps = 5;
   std::string url, api_key, model_name;
@@ -179,6 +180,7 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
   c.quality_needle = a.quality_needle;
   c.quality_trials = a.quality_trials;
   c.seed = a.seed;
+  c.temperature = a.temperature;
   c.bw_mib = a.bw_mib;
   c.bw_reps = a.bw_reps;
   c.url = a.url;
@@ -251,6 +253,7 @@ std::string command_line(const BenchArgs& a) {
   s += fmt::format(" -n {} -r {}", a.n_tokens, a.reps);
   if (!a.url.empty()) s += " --url " + a.url;
   if (!a.json_schema_file.empty()) s += " --json-schema " + a.json_schema_file;
+  if (a.temperature > 0.0f) s += fmt::format(" --temp {}", a.temperature);
   if (!a.mmproj.empty()) s += " --mmproj " + a.mmproj;
   for (const auto& i : a.images) s += " --image " + i;
   return s;
@@ -443,6 +446,12 @@ Runner add_bench(CLI::App& app) {
                   "seconds the context ladder may take; later rungs projected past it are "
                   "skipped (default 300 for the default ladder, none for --ctx; 0 = none)");
   sub->add_option("--seed", a->seed, "seed of the random prompts")->capture_default_str();
+  sub->add_option("--temp", a->temperature,
+                  "sampling temperature of the context and concurrency ladders' requests, in "
+                  "process or --url: 0 = greedy; above 0 the server's default chain (top_k 40, "
+                  "top_p 0.95, min_p 0.05) with a seed per request, so a step pays for sampling")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 100.0f));
   sub->add_option("--quality", a->quality,
                   "with --ablate: measure each row's quality cost against row 0 (KL, needle)")
       ->capture_default_str()

@@ -429,6 +429,27 @@ TEST(CliBench, AblationGrammarMaskTimes) {
   EXPECT_NE(unsupported.err.find("multipleOf"), std::string::npos) << unsupported.err;
 }
 
+// --temp: the ladders' requests sample with the server's default chain,
+// and the report says so; every rung and level still generates -n tokens
+// (ignore_eos).
+TEST(CliBench, TemperatureSamplesAndIsInTheConditions) {
+  const std::string dir = tmp_path("bench_cli_temp");
+  std::filesystem::remove_all(dir);
+  auto r = run_cli("bench -m " + tiny_model() +
+                   " --ctx 64 -n 4 -r 1 -t 2 --temp 0.8 --concurrency 2 --conc-prompt 16 "
+                   "--conc-requests 1 --poisson-requests 1 --rate 100 --bw-mib 64 --bw-reps 1 "
+                   "--quality off -o " +
+                   dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(slurp(dir + "/report.json"));
+  const json& s = j["conditions"]["sampler"];
+  EXPECT_FLOAT_EQ(s["temperature"].get<float>(), 0.8f);
+  EXPECT_EQ(s["top_k"], 40);
+  EXPECT_EQ(j["ladder"][0]["decode"]["visible_tokens_per_rep"], json({4}));
+  for (const auto& lv : j["concurrency"]["levels"]) EXPECT_EQ(lv["failed"], 0) << lv.dump();
+  EXPECT_NE(slurp(dir + "/report.md").find("--temp 0.8"), std::string::npos);
+}
+
 TEST(CliBench, BadFlagsAreNamed) {
   struct Case {
     std::string args, want;
@@ -443,6 +464,7 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"-m " + tiny_model() + " --ctx 64 --ablate spec=mtp,mtp_depth=17", "mtp_depth=17"},
       {"-m " + tiny_model() + " --ctx 64 --kv-layout diagonal", "--kv-layout"},
       {"-m " + tiny_model() + " --ctx 64 -n 1", "-n 1"},
+      {"-m " + tiny_model() + " --ctx 64 --temp -0.5", "--temp"},
       {"-m " + tmp_path("no_such_model.gguf") + " --ctx 64", "no_such_model.gguf"},
       {"--preset no-such --ctx 64", "no-such"},
       {"--url https://example.com", "https"},

@@ -194,6 +194,38 @@ TEST(HttpTarget, AJsonSchemaGoesOutInBothSpellings) {
   EXPECT_EQ(b["json_schema"], schema);
 }
 
+// --temp: temperature 0 is greedy; above it the request carries the
+// server's default chain and a seed of its own, so the server samples.
+TEST(HttpTarget, ATemperatureSendsTheDefaultChainAndASeedPerRequest) {
+  FakeServer fake;
+  for (const float temp : {0.0f, 0.8f}) {
+    HttpTargetOptions o;
+    o.url = fake.url();
+    o.prompt_words = 8;
+    o.temperature = temp;
+    auto t = HttpTarget::create(o);
+    ASSERT_TRUE(t) << t.status().message();
+    ASSERT_TRUE((*t)->run(0, BenchClock::now()).ok) << (*t)->last_error();
+    if (temp > 0) {
+      ASSERT_TRUE((*t)->run(1, BenchClock::now()).ok) << (*t)->last_error();
+    }
+  }
+  const auto bodies = fake.bodies();
+  ASSERT_EQ(bodies.size(), 3u);
+  EXPECT_EQ(bodies[0]["temperature"], 0);
+  EXPECT_FALSE(bodies[0].contains("top_k"));
+  EXPECT_FALSE(bodies[0].contains("seed"));
+  for (int i : {1, 2}) {
+    const json& b = bodies[static_cast<size_t>(i)];
+    EXPECT_FLOAT_EQ(b["temperature"].get<float>(), 0.8f);
+    EXPECT_EQ(b["top_k"], 40);
+    EXPECT_DOUBLE_EQ(b["top_p"].get<double>(), 0.95);
+    EXPECT_DOUBLE_EQ(b["min_p"].get<double>(), 0.05);
+    ASSERT_TRUE(b["seed"].is_number_unsigned());
+  }
+  EXPECT_NE(bodies[1]["seed"], bodies[2]["seed"]);
+}
+
 TEST(HttpTarget, LadderOverHttp) {
   FakeServer fake;
   HttpTargetOptions o;
