@@ -181,6 +181,7 @@ int32_t KvCache::take(Pool& p) {
 
 void KvCache::drop(Pool& p, int32_t page) {
   SUSTAIN_CHECK(page >= 0 && page < p.n_pages && p.refcount[size_t(page)] > 0);
+  ++p.holder_changes;
   if (--p.refcount[size_t(page)] == 0) p.free.push_back(page);
 }
 
@@ -192,6 +193,7 @@ void KvCache::unshare_last(Pool& p, std::vector<int32_t>& pages, int64_t n_token
   copy_page(p, layer_bytes_, last, copy);
   if (log_copies_) copies_.push_back({last, copy, &p == &w_});
   --p.refcount[size_t(last)];
+  ++p.holder_changes;
   last = copy;
 }
 
@@ -248,6 +250,7 @@ Status KvCache::reserve(PageTable& t, int64_t n) {
 void KvCache::retain(int32_t page) {
   SUSTAIN_CHECK(page >= 0 && page < m_.n_pages && m_.refcount[size_t(page)] > 0);
   ++m_.refcount[size_t(page)];
+  ++m_.holder_changes;
 }
 
 void KvCache::unref(int32_t page) {

@@ -178,6 +178,10 @@ class KvCache {
   // last holder returns the page to the pool.
   void retain(int32_t page);
   void unref(int32_t page);
+  // Counts every change of a main-pool page's holders other than taking a
+  // free page (retain, unref, release, truncation, copy on write): while it
+  // stands still, so does every refcount of a page in use.
+  uint64_t holder_changes() const { return m_.holder_changes; }
   // The window pool (KvGeometry::window_layers; 0 pages without windows).
   int32_t n_window_pages() const { return w_.n_pages; }
   int32_t n_free_window_pages() const { return static_cast<int32_t>(w_.free.size()); }
@@ -270,6 +274,7 @@ class KvCache {
     std::unique_ptr<uint8_t[], PoolDeleter> data;
     std::vector<int32_t> free;      // stack of free page ids
     std::vector<int32_t> refcount;  // per page
+    uint64_t holder_changes = 0;    // see KvCache::holder_changes
   };
   const Pool& pool_of(int layer) const { return layer_window_[size_t(layer)] ? w_ : m_; }
   // Start of (page, layer): for each head, its K block then its V block.

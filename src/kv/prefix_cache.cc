@@ -204,8 +204,15 @@ void PrefixCache::insert(const PageTable& t, std::span<const int32_t> tokens, in
 }
 
 int32_t PrefixCache::evictable() const {
+  // Entries come and go with a retain or an unref of their page, so the
+  // pair changes whenever the count can.
+  if (cache_.holder_changes() == evictable_changes_ && map_.size() == evictable_entries_)
+    return evictable_;
   int32_t n = 0;
   for (const auto& [k, e] : map_) n += cache_.page_refcount(e.page) == 1;
+  evictable_ = n;
+  evictable_changes_ = cache_.holder_changes();
+  evictable_entries_ = map_.size();
   return n;
 }
 

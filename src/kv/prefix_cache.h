@@ -76,7 +76,9 @@ class PrefixCache {
   void clear();
 
   int32_t entries() const { return static_cast<int32_t>(map_.size()); }
-  // Entries whose page no sequence uses: what evict() can free.
+  // Entries whose page no sequence uses: what evict() can free. Counted
+  // again only when the entries or a page's holders changed (the engine
+  // asks every step; a steady decode step changes neither).
   int32_t evictable() const;
 
  private:
@@ -97,6 +99,10 @@ class PrefixCache {
   static uint64_t key_of(uint64_t parent, std::span<const int32_t> page_tokens);
   const Entry* find(uint64_t parent, std::span<const int32_t> page_tokens, uint64_t* key) const;
 
+  // evictable()'s last count, and the (holder_changes, entries) it was for.
+  mutable int32_t evictable_ = 0;
+  mutable uint64_t evictable_changes_ = ~uint64_t{0};
+  mutable size_t evictable_entries_ = 0;
   KvCache& cache_;
   std::unordered_map<uint64_t, Entry> map_;
   uint64_t clock_ = 0;

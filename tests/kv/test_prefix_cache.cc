@@ -68,10 +68,18 @@ TEST(PrefixCache, SecondSequenceSharesWholePagesOfTheCommonPrefix) {
   EXPECT_EQ(pc.attach(td, d, 11), 0);
   EXPECT_TRUE(td.pages.empty());
 
+  // evictable() is remembered between calls: every change of a page's
+  // holders must show, with the entries unchanged.
+  EXPECT_EQ(pc.evictable(), 0);
   c->release(ta);
+  EXPECT_EQ(pc.evictable(), 0);  // b still holds both pages
   c->release(tb);
   EXPECT_EQ(pc.evictable(), 2);
   EXPECT_EQ(c->n_free_pages(), c->n_pages() - 2);  // the cache keeps them
+  c->retain(ta.pages[1]);
+  EXPECT_EQ(pc.evictable(), 1);
+  c->unref(ta.pages[1]);
+  EXPECT_EQ(pc.evictable(), 2);
 }
 
 TEST(PrefixCache, EvictsLeastRecentlyUsedFirstAndNeverAPageInUse) {
