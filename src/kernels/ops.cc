@@ -34,6 +34,15 @@ void rope(float* x, int n_heads, int64_t pos, const RopeParams& p) {
   cpu::rope_apply(x, n_heads, p.head_dim, p.rope_dim, p.neox, cs, sn);
 }
 
+void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_out) {
+  ref::rope_cache(pos, p, cos_out, sin_out);
+}
+
+void rope_rotate(float* x, int n_heads, const RopeParams& p, const float* cos, const float* sin) {
+  SUSTAIN_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= p.head_dim);
+  cpu::rope_apply(x, n_heads, p.head_dim, p.rope_dim, p.neox, cos, sin);
+}
+
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   cpu::swiglu(gate, up, out, n);
 }

@@ -98,9 +98,15 @@ struct RopeParams {
   // YaRN (used when ext_factor != 0): llama.cpp's parameters and meaning.
   float ext_factor = 0.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
   int n_ctx_orig = 0;
+  bool operator==(const RopeParams&) const = default;
 };
 // Rotates n_heads vectors of head_dim (contiguous) at position pos, in place.
 void rope(float* x, int n_heads, int64_t pos, const RopeParams& p);
+// rope() in two halves, so the angles of a position can serve many calls
+// (q and k, every layer of a forward): the rope_dim / 2 angles' cosines and
+// sines at pos, then the rotation by them, bit for bit rope()'s.
+void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_out);
+void rope_rotate(float* x, int n_heads, const RopeParams& p, const float* cos, const float* sin);
 
 // out[i] = silu(gate[i]) * up[i]
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

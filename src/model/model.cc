@@ -352,6 +352,8 @@ Workspace Model::make_workspace(int64_t max_tokens, int n_threads) const {
   ws.k.resize(n * c.k_dim());
   ws.v.resize(n * c.v_dim());
   ws.attn_out.resize(n * c.n_head * c.head_dim_v);
+  ws.rope_table.reserve(n * c.rope_dim);  // resized by the forward, never past this
+  ws.rope_pos.reserve(n);
   if (shard_ && !shard_->o_by_columns) ws.attn_all.resize(n * file_cfg_.n_head * c.head_dim_v);
   if (shard_ && shard_->n_vocab() < c.n_vocab)
     ws.logits_part.resize(n * static_cast<size_t>(std::max<int64_t>(shard_->n_vocab(), 1)));

@@ -81,6 +81,12 @@ struct Workspace {
   // β and decay [max_tokens, n_v_heads], and per-thread chunk scratch.
   std::vector<float> ssm_mixed, ssm_conv, ssm_z, ssm_o, ssm_beta, ssm_g, ssm_scratch;
   std::vector<float> mtp_in;  // MTP block: [embedding ; hidden] [max_tokens, 2 n_embd]
+  // RoPE angles of a forward's tokens, [token][cos rope_dim/2, sin rope_dim/2],
+  // with the positions and parameters they are for: every layer that rotates
+  // the same tokens the same way reuses them (transformer.cc rope_table).
+  std::vector<float> rope_table;
+  std::vector<int64_t> rope_pos;
+  kernels::RopeParams rope_key;
   size_t ssm_scratch_floats = 0;  // per thread
   std::vector<uint8_t> matmul_scratch, attn_scratch;
   std::vector<attention::QueryInfo> queries;
