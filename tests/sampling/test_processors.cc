@@ -289,26 +289,35 @@ TEST(Argmax, LowestIdOnTies) {
   EXPECT_EQ(l.c.data[argmax(l.c)].id, 1);
 }
 
+// n logits of one of six awkward kinds: 0 many ties, 1 specials (NaN,
+// infinities, signed zeros), 2 nothing finite, 3 spread values, 4 half NaN
+// and half one value, 5 rising (sorted: each block beats what came before).
+std::vector<float> awkward_logits(std::mt19937& rng, int n, int kind) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> specials = {nan, -kInf, kInf, 0.0f, -0.0f, 3.0f, -3.0f};
+  std::vector<float> l(static_cast<size_t>(n));
+  for (float& v : l) {
+    const auto r = rng();
+    if (kind == 0) v = static_cast<float>(static_cast<int>(r % 4));
+    if (kind == 1) v = specials[r % specials.size()];
+    if (kind == 2) v = (r % 3 == 0) ? nan : -kInf;
+    if (kind == 3) v = static_cast<float>(r % 100000) * 1e-3f - 50.0f;
+    if (kind == 4) v = (r % 2) ? nan : 1.0f;
+    if (kind == 5) v = static_cast<float>(static_cast<int>(r % 1000));
+  }
+  if (kind == 5) std::sort(l.begin(), l.end());
+  return l;
+}
+
 // argmax_logits must choose what argmax over the filled candidates chooses,
 // on every length around the 16-lane blocks and with the awkward values:
 // NaN (never chosen), infinities, ties (lowest id), signed zeros, and all of
 // the logits -inf or NaN (id 0).
 TEST(Argmax, OnRawLogitsAgreesWithTheCandidates) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
   std::mt19937 rng(7);
-  const std::vector<float> specials = {nan, -kInf, kInf, 0.0f, -0.0f, 3.0f, -3.0f};
   for (int n : {1, 2, 15, 16, 17, 31, 32, 33, 100, 49152 + 5}) {
-    for (int trial = 0; trial < 40; ++trial) {
-      std::vector<float> l(static_cast<size_t>(n));
-      const int mode = trial % 5;
-      for (float& v : l) {
-        const auto r = rng();
-        if (mode == 0) v = static_cast<float>(static_cast<int>(r % 4));  // many ties
-        if (mode == 1) v = specials[r % specials.size()];
-        if (mode == 2) v = (r % 3 == 0) ? nan : -kInf;  // nothing finite
-        if (mode == 3) v = static_cast<float>(r % 100000) * 1e-3f - 50.0f;
-        if (mode == 4) v = (r % 2) ? nan : 1.0f;
-      }
+    for (int trial = 0; trial < 42; ++trial) {
+      std::vector<float> l = awkward_logits(rng, n, trial % 6);
       if (trial == 1) l.back() = kInf;  // the maximum in the tail
       List c(l);
       ASSERT_EQ(argmax_logits(l.data(), n), c.c.data[argmax(c.c)].id)
@@ -321,24 +330,12 @@ TEST(Argmax, OnRawLogitsAgreesWithTheCandidates) {
 // candidates (ids and logits) in the same order, with ties, NaN, infinities
 // and the best logits anywhere, including the unaligned head and tail.
 TEST(TopK, OnRawLogitsAgreesWithTheCandidates) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
   std::mt19937 rng(11);
-  const std::vector<float> specials = {nan, -kInf, kInf, 0.0f, -0.0f, 3.0f, -3.0f};
   for (int n : {2, 17, 33, 100, 1000, 49152 + 7}) {
     for (int k : {1, 2, 15, 16, 17, 40, n - 1}) {
       if (k <= 0 || k >= n) continue;
-      for (int trial = 0; trial < 10; ++trial) {
-        std::vector<float> l(static_cast<size_t>(n));
-        const int mode = trial % 5;
-        for (float& v : l) {
-          const auto r = rng();
-          if (mode == 0) v = static_cast<float>(static_cast<int>(r % 4));  // many ties
-          if (mode == 1) v = specials[r % specials.size()];
-          if (mode == 2) v = (r % 3 == 0) ? nan : -kInf;  // nothing finite
-          if (mode == 3) v = static_cast<float>(r % 100000) * 1e-3f - 50.0f;
-          if (mode == 4) v = static_cast<float>(static_cast<int>(r % 1000));  // rising maxima
-        }
-        if (mode == 4) std::sort(l.begin(), l.end());  // every block beats the heap
+      for (int trial = 0; trial < 12; ++trial) {
+        const std::vector<float> l = awkward_logits(rng, n, trial % 6);
         List want(l);
         top_k(want.c, k);
         std::vector<Candidate> buf(static_cast<size_t>(k));
