@@ -8,6 +8,7 @@
 
 #include "bench/report.h"
 #include "bench/sysinfo.h"
+#include "sampling/sampler.h"
 
 namespace sustain::bench {
 
@@ -61,14 +62,16 @@ json build_conditions() {
 }
 
 json sampler_conditions(uint64_t seed, float temperature) {
-  if (temperature > 0.0f)
+  if (temperature > 0.0f) {
+    const sampling::SamplerConfig chain;  // the server's defaults, as bench_sampler's
     return {{"temperature", temperature},
-            {"top_k", 40},
-            {"top_p", 0.95},
-            {"min_p", 0.05},
+            {"top_k", chain.top_k},
+            {"top_p", chain.top_p},
+            {"min_p", chain.min_p},
             {"ignore_eos", true},
             {"prompt_seed", seed},
             {"sampler_seed", "per request, from the prompt seed"}};
+  }
   return {{"temperature", 0.0}, {"top_k", 0},         {"top_p", 1.0},
           {"min_p", 0.0},       {"ignore_eos", true}, {"prompt_seed", seed}};
 }

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "sampling/sampler.h"
+
 namespace sustain::bench {
 
 using nlohmann::json;
@@ -157,10 +159,11 @@ RequestTiming HttpTarget::run(int64_t index, BenchClock::time_point origin) {
       {"temperature", 0}, {"stream", true},          {"stream_options", {{"include_usage", true}}}};
   if (opt_.ignore_eos) body["ignore_eos"] = true;
   if (opt_.temperature > 0.0f) {
+    const sampling::SamplerConfig chain;  // the server's defaults, as bench_sampler's
     body["temperature"] = opt_.temperature;
-    body["top_k"] = 40;
-    body["top_p"] = 0.95;
-    body["min_p"] = 0.05;
+    body["top_k"] = chain.top_k;
+    body["top_p"] = chain.top_p;
+    body["min_p"] = chain.min_p;
     body["seed"] = opt_.seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index + 1));
   }
   if (!opt_.json_schema.is_null()) {

@@ -73,8 +73,7 @@ void Sampler::prepare(const float* logits, int32_t n_vocab) {
   SUSTAIN_CHECK(logits != nullptr && n_vocab > 0);
   if (buffer_.size() < static_cast<size_t>(n_vocab)) buffer_.resize(n_vocab);
   Candidates& c = live_;
-  if (config_.top_k > 0 && config_.top_k < n_vocab && config_.logit_bias.empty() &&
-      !history_.active() && !constraint_) {
+  if (config_.top_k > 0 && config_.top_k < n_vocab && logits_untouched()) {
     // Nothing changes a logit before top-k: the k best straight from the
     // logits (top_k in finish_chain then keeps them all). With the default
     // chain over 49,152 logits, 447 us a token became ~40 us (docs/serving.md).
@@ -102,8 +101,7 @@ void Sampler::record(int32_t token) {
 }
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
-  if (config_.temperature <= 0.0f && config_.logit_bias.empty() && !history_.active() &&
-      !constraint_) {
+  if (config_.temperature <= 0.0f && logits_untouched()) {
     // Greedy with nothing that changes a logit: the argmax of the logits
     // themselves, the same token the chain below would pick. Serving eight
     // streams, filling candidates took 6 % of the engine thread's time.

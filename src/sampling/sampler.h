@@ -123,6 +123,10 @@ class Sampler {
   const PenaltyHistory& history() const { return history_; }
 
  private:
+  // No logit bias, penalty or constraint: the chain sees the logits as given.
+  bool logits_untouched() const {
+    return config_.logit_bias.empty() && !history_.active() && !constraint_;
+  }
   // logit bias, penalties and the constraint on logits[0, n_vocab) into live_.
   void prepare(const float* logits, int32_t n_vocab);
   // top-k .. softmax on live_ (temperature > 0).

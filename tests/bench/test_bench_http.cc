@@ -219,8 +219,8 @@ TEST(HttpTarget, ATemperatureSendsTheDefaultChainAndASeedPerRequest) {
     const json& b = bodies[static_cast<size_t>(i)];
     EXPECT_FLOAT_EQ(b["temperature"].get<float>(), 0.8f);
     EXPECT_EQ(b["top_k"], 40);
-    EXPECT_DOUBLE_EQ(b["top_p"].get<double>(), 0.95);
-    EXPECT_DOUBLE_EQ(b["min_p"].get<double>(), 0.05);
+    EXPECT_FLOAT_EQ(b["top_p"].get<float>(), 0.95f);
+    EXPECT_FLOAT_EQ(b["min_p"].get<float>(), 0.05f);
     ASSERT_TRUE(b["seed"].is_number_unsigned());
   }
   EXPECT_NE(bodies[1]["seed"], bodies[2]["seed"]);
