@@ -63,7 +63,7 @@ json build_conditions() {
 
 json sampler_conditions(uint64_t seed, float temperature) {
   if (temperature > 0.0f) {
-    const sampling::SamplerConfig chain;  // the server's defaults, as bench_sampler's
+    const sampling::SamplerConfig chain;  // SamplerConfig's defaults, as bench_sampler's
     return {{"temperature", temperature},
             {"top_k", chain.top_k},
             {"top_p", chain.top_p},

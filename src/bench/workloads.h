@@ -35,7 +35,7 @@ nlohmann::json engine_conditions(const engine::EngineConfig& c);
 
 // The sampler every bench request uses, with ignore_eos, so each request
 // generates exactly max_tokens tokens: greedy at temperature 0 (the
-// default); above it the server's default chain (top_k 40, top_p 0.95,
+// default); above it the sampler's default chain (top_k 40, top_p 0.95,
 // min_p 0.05) at that temperature, seeded with `seed` (bench --temp: what
 // sampling costs a served step).
 sampling::SamplerConfig bench_sampler(float temperature = 0.0f, uint64_t seed = 0);

@@ -448,10 +448,11 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--seed", a->seed, "seed of the random prompts")->capture_default_str();
   sub->add_option("--temp", a->temperature,
                   "sampling temperature of the context and concurrency ladders' requests, in "
-                  "process or --url: 0 = greedy; above 0 the server's default chain (top_k 40, "
+                  "process or --url: 0 = greedy; above 0 the sampler's default chain (`sustain "
+                  "run`'s and llama.cpp's: top_k 40, "
                   "top_p 0.95, min_p 0.05) with a seed per request, so a step pays for sampling")
       ->capture_default_str()
-      ->check(CLI::Range(0.0f, 100.0f));
+      ->check(CLI::Range(0.0f, 2.0f));
   sub->add_option("--quality", a->quality,
                   "with --ablate: measure each row's quality cost against row 0 (KL, needle)")
       ->capture_default_str()

@@ -429,7 +429,7 @@ TEST(CliBench, AblationGrammarMaskTimes) {
   EXPECT_NE(unsupported.err.find("multipleOf"), std::string::npos) << unsupported.err;
 }
 
-// --temp: the ladders' requests sample with the server's default chain,
+// --temp: the ladders' requests sample with the sampler's default chain,
 // and the report says so; every rung and level still generates -n tokens
 // (ignore_eos).
 TEST(CliBench, TemperatureSamplesAndIsInTheConditions) {
@@ -465,6 +465,7 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"-m " + tiny_model() + " --ctx 64 --kv-layout diagonal", "--kv-layout"},
       {"-m " + tiny_model() + " --ctx 64 -n 1", "-n 1"},
       {"-m " + tiny_model() + " --ctx 64 --temp -0.5", "--temp"},
+      {"-m " + tiny_model() + " --ctx 64 --temp 2.5", "--temp"},
       {"-m " + tmp_path("no_such_model.gguf") + " --ctx 64", "no_such_model.gguf"},
       {"--preset no-such --ctx 64", "no-such"},
       {"--url https://example.com", "https"},

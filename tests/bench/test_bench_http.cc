@@ -195,7 +195,7 @@ TEST(HttpTarget, AJsonSchemaGoesOutInBothSpellings) {
 }
 
 // --temp: temperature 0 is greedy; above it the request carries the
-// server's default chain and a seed of its own, so the server samples.
+// sampler's default chain and a seed of its own, so the server samples.
 TEST(HttpTarget, ATemperatureSendsTheDefaultChainAndASeedPerRequest) {
   FakeServer fake;
   for (const float temp : {0.0f, 0.8f}) {
