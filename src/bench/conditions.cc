@@ -8,7 +8,7 @@
 
 #include "bench/report.h"
 #include "bench/sysinfo.h"
-#include "sampling/sampler.h"
+#include "bench/workloads.h"
 
 namespace sustain::bench {
 
@@ -63,7 +63,7 @@ json build_conditions() {
 
 json sampler_conditions(uint64_t seed, float temperature) {
   if (temperature > 0.0f) {
-    const sampling::SamplerConfig chain;  // SamplerConfig's defaults, as bench_sampler's
+    const auto chain = bench_sampler(temperature);
     return {{"temperature", temperature},
             {"top_k", chain.top_k},
             {"top_p", chain.top_p},

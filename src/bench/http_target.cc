@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "sampling/sampler.h"
+#include "bench/workloads.h"
 
 namespace sustain::bench {
 
@@ -159,7 +159,7 @@ RequestTiming HttpTarget::run(int64_t index, BenchClock::time_point origin) {
       {"temperature", 0}, {"stream", true},          {"stream_options", {{"include_usage", true}}}};
   if (opt_.ignore_eos) body["ignore_eos"] = true;
   if (opt_.temperature > 0.0f) {
-    const sampling::SamplerConfig chain;  // SamplerConfig's defaults, as bench_sampler's
+    const auto chain = bench_sampler(opt_.temperature);
     body["temperature"] = opt_.temperature;
     body["top_k"] = chain.top_k;
     body["top_p"] = chain.top_p;
