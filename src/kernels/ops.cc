@@ -67,6 +67,10 @@ void softmax(float* x, int64_t n) {
   cpu::softmax(x, n);
 }
 
+void exp_weights(const float* x, float t, float m, float* w, int64_t n) {
+  cpu::exp_weights(x, t, m, w, n);
+}
+
 void get_row(const WeightView& w, int64_t row, float* out) {
   if (w.tiled) {
     // A repacked embedding (a tied output matrix): the row back in row layout

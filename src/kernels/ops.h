@@ -119,6 +119,14 @@ void add(float* y, const float* x, int64_t n);
 void add_bias(float* y, const float* b, int64_t n_rows, int64_t n);
 // In-place softmax over n values.
 void softmax(float* x, int64_t n);
+// The unnormalised weights of a softmax at temperature t > 0 whose largest
+// scaled value is m: w[i] = 1 where x[i] / t == m (so +inf, or -inf when
+// every value is, weighs 1), else exp(x[i] / t - m), 0 where that is below
+// -87 (float's normal range ends at -87.3) or undefined (x[i] NaN). Within
+// a few ulp of exp; element by element the same bits wherever the array is
+// split (sampling relies on it: its candidate chain and its shortcuts from
+// raw logits must pick the same token).
+void exp_weights(const float* x, float t, float m, float* w, int64_t n);
 // float -> f16 (IEEE binary16, round to nearest even): bit for bit
 // tensor/quant.h's quantize_f16, vectorised (the KV cache's f16 rows).
 void to_f16(const float* x, void* y, int64_t n);

@@ -111,6 +111,16 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+void exp_weights(const float* x, float t, float m, float* w, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float q = x[i] / t;
+    const float v = q - m;  // rounded as the fast kernel rounds it; exp in double
+    w[i] = q == m        ? 1.0f
+           : v >= -87.0f ? static_cast<float>(std::exp(static_cast<double>(v)))
+                         : 0.0f;
+  }
+}
+
 void get_row(const WeightView& w, int64_t row, float* out) {
   const auto& tr = qtype_traits(w.type);
   SUSTAIN_CHECK(tr.dequantize != nullptr && row >= 0 && row < w.n_out);

@@ -43,6 +43,7 @@ void geglu(const float* gate, const float* up, float* out, int64_t n);
 void add(float* y, const float* x, int64_t n);
 void add_bias(float* y, const float* b, int64_t n_rows, int64_t n);
 void softmax(float* x, int64_t n);
+void exp_weights(const float* x, float t, float m, float* w, int64_t n);
 void get_row(const WeightView& w, int64_t row, float* out);
 
 // The (cos, sin) pairs RoPE rotates by at position pos, for pair i = 0 ..

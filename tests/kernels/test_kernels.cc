@@ -656,6 +656,48 @@ TEST(Elementwise, GegluAgainstTheTanhFormula) {
   }
 }
 
+TEST(Elementwise, ExpWeights) {
+  for (int64_t n : kSizes) {
+    auto x = random_normal(static_cast<size_t>(n), n + 11, 6.0f);
+    if (n > 9) {
+      x[1] = NAN, x[2] = -INFINITY, x[4] = -1000.0f;  // undefined, masked, far below -87
+      x[6] = 40.0f, x[8] = 40.0f;                     // the maximum, twice
+    }
+    float mx = -INFINITY;
+    for (float v : x) mx = std::max(mx, v);  // (std::max keeps mx over NaN)
+    for (const float t : {1.0f, 0.7f, 1.3f}) {
+      const float m = mx / t;
+      std::vector<float> want(x.size());
+      ref::exp_weights(x.data(), t, m, want.data(), n);
+      for_each_target([&] {
+        std::vector<float> got(x.size());
+        exp_weights(x.data(), t, m, got.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          if (want[i] == 0.0f || want[i] == 1.0f) {
+            EXPECT_EQ(got[i], want[i]) << "n " << n << " t " << t << " i " << i;
+          } else {
+            EXPECT_NEAR(got[i], want[i], 4e-7 * want[i]) << "n " << n << " t " << t << " i " << i;
+          }
+        }
+        // The same bits however the array is split (the tail is padded, not
+        // computed another way).
+        for (int64_t k : {int64_t{1}, n / 3, n - 1}) {
+          if (k <= 0 || k >= n) continue;
+          std::vector<float> parts(x.size());
+          exp_weights(x.data(), t, m, parts.data(), k);
+          exp_weights(x.data() + k, t, m, parts.data() + k, n - k);
+          EXPECT_EQ(parts, got) << "n " << n << " split at " << k;
+        }
+      });
+    }
+  }
+  // Every value -inf (all masked): each is the maximum and weighs 1.
+  const std::vector<float> masked(5, -INFINITY);
+  std::vector<float> w(5);
+  exp_weights(masked.data(), 1.0f, -INFINITY, w.data(), 5);
+  EXPECT_EQ(w, std::vector<float>(5, 1.0f));
+}
+
 TEST(Elementwise, SwigluAddSoftmax) {
   for (int64_t n : kSizes) {
     auto gate = random_normal(static_cast<size_t>(n), n, 4.0f);

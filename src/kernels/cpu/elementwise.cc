@@ -115,6 +115,33 @@ void Softmax(float* x, int64_t n) {
   for (; i < n; ++i) x[i] *= static_cast<float>(1.0 / sum);
 }
 
+// w[i] = 1 where x[i] / t == m, else exp(x[i] / t - m), and 0 below -87
+// (where exp leaves float's normal range) or where that is undefined (NaN).
+// Each element's value depends on nothing but x[i], t and m: the tail runs
+// the same vector code on a padded copy, so a caller may split an array into
+// pieces at any points and get the same bits.
+void ExpWeights(const float* x, float t, float m, float* w, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vt = hn::Set(d, t), vm = hn::Set(d, m);
+  const auto low = hn::Set(d, -87.0f), one = hn::Set(d, 1.0f);
+  auto block = [&](const float* src, float* dst) {
+    const auto q = hn::Div(hn::LoadU(d, src), vt);
+    const auto v = hn::Sub(q, vm);
+    // Ge is false for NaN; Max keeps Exp's argument in its valid range.
+    const auto e = hn::IfThenElseZero(hn::Ge(v, low), hn::Exp(d, hn::Max(v, low)));
+    hn::StoreU(hn::IfThenElse(hn::Eq(q, vm), one, e), d, dst);
+  };
+  int64_t i = 0;
+  for (; i + N <= n; i += N) block(x + i, w + i);
+  if (i < n) {
+    HWY_ALIGN float in[hn::MaxLanes(d)] = {}, out[hn::MaxLanes(d)];
+    std::memcpy(in, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    block(in, out);
+    std::memcpy(w + i, out, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+
 // Rotates each head by the precomputed (cos, sin) of its rope_dim/2 pairs.
 void RopeApply(float* x, int n_heads, int head_dim, int rope_dim, bool neox, const float* cs,
                const float* sn) {
@@ -326,6 +353,7 @@ HWY_EXPORT(Swiglu);
 HWY_EXPORT(Geglu);
 HWY_EXPORT(Add);
 HWY_EXPORT(Softmax);
+HWY_EXPORT(ExpWeights);
 HWY_EXPORT(RopeApply);
 HWY_EXPORT(QuantizeQ8_0Act);
 
@@ -358,6 +386,9 @@ void add(float* y, const float* x, int64_t n) {
 }
 void softmax(float* x, int64_t n) {
   HWY_DYNAMIC_DISPATCH(Softmax)(x, n);
+}
+void exp_weights(const float* x, float t, float m, float* w, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ExpWeights)(x, t, m, w, n);
 }
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, bool neox, const float* cos,
                 const float* sin) {

@@ -86,6 +86,7 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void geglu(const float* gate, const float* up, float* out, int64_t n);
 void add(float* y, const float* x, int64_t n);
 void softmax(float* x, int64_t n);
+void exp_weights(const float* x, float t, float m, float* w, int64_t n);
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, bool neox, const float* cos,
                 const float* sin);
 
