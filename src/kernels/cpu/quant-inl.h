@@ -30,7 +30,17 @@
 #undef SUSTAIN_X86
 #undef SUSTAIN_VNNI
 #undef SUSTAIN_SIMD_EXTRA
-#if HWY_TARGET == HWY_AVX3_DL
+#undef SUSTAIN_SIMD_OPEN
+// Highway 1.0.3's AVX3_DL target names avxvnni (the VEX form), not
+// avx512vnni. GCC gets it by a target pragma inside Highway's push (popped
+// with it); clang (the sanitizer and fuzz build), which keeps only the
+// innermost of nested target pushes, by Highway's push with it added.
+#if HWY_TARGET == HWY_AVX3_DL && defined(__clang__)
+#define SUSTAIN_X86 512
+#define SUSTAIN_VNNI 1
+#define SUSTAIN_SIMD_EXTRA
+#define SUSTAIN_SIMD_OPEN HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
+#elif HWY_TARGET == HWY_AVX3_DL
 #define SUSTAIN_X86 512
 #define SUSTAIN_VNNI 1
 #define SUSTAIN_SIMD_EXTRA _Pragma("GCC target(\"avx512vnni,no-avxvnni\")")
@@ -48,10 +58,14 @@
 #define SUSTAIN_SIMD_EXTRA
 #endif
 
+#ifndef SUSTAIN_SIMD_OPEN
+#define SUSTAIN_SIMD_OPEN \
+  HWY_BEFORE_NAMESPACE(); \
+  SUSTAIN_SIMD_EXTRA
+#endif
+
 #ifndef SUSTAIN_SIMD_BEGIN
-#define SUSTAIN_SIMD_BEGIN() \
-  HWY_BEFORE_NAMESPACE();    \
-  SUSTAIN_SIMD_EXTRA static_assert(true, "requires a trailing semicolon")
+#define SUSTAIN_SIMD_BEGIN() SUSTAIN_SIMD_OPEN static_assert(true, "requires a trailing semicolon")
 #define SUSTAIN_SIMD_END() HWY_AFTER_NAMESPACE()
 #endif
 
