@@ -72,6 +72,29 @@ void softmax(Candidates& c);
 // picked.
 size_t draw(const Candidates& c, double u);
 
+// draw() over a dense distribution: prob[i] is token i's, as a list of n
+// candidates in id order would hold them; the same index for the same u.
+size_t draw_dense(const float* prob, size_t n, double u);
+
+// What fill_candidates → temperature(t) → softmax leave as candidate i's
+// prob, written to prob[i] for the n logits, bit for bit, without building
+// the candidates: the whole-vocabulary distribution of a client that sends a
+// temperature alone. Returns false (prob unspecified) when the largest
+// logit is not finite (all NaN or -inf, or +inf), which the chain decides.
+bool softmax_logits(float* prob, const float* logits, int32_t n, float t);
+
+// What fill_candidates → top_p(p) → min_p(mp) leave in c (p < 1 or mp > 0),
+// the same candidates in the same order with the same logits and prob,
+// without building and sorting n candidates: min_p alone keeps the tokens
+// above its bound in one pass; top_p takes the softmax weights (into
+// weights[0, n)), guesses from their histogram a logit floor whose tokens
+// hold the nucleus, and sorts only those (radix, on keys[0, 2 n)).
+// buffer needs n entries. Returns false (c unspecified) where the chain has
+// to decide: a maximum that is not finite, or a nucleus reaching down to
+// weights below float's normal range.
+bool nucleus_logits(Candidates& c, Candidate* buffer, float* weights, uint64_t* keys,
+                    const float* logits, int32_t n, float p, float mp);
+
 // Index of the highest logit, lowest id on ties (greedy decoding). Requires
 // c.size > 0.
 size_t argmax(const Candidates& c);
@@ -96,5 +119,11 @@ void top_k_logits(Candidates& c, Candidate* buffer, const float* logits, int32_t
 inline bool ranks_before(const Candidate& a, const Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
+// ranks_before as a function object, for std::sort and its kin: passed as a
+// function pointer it is called, not inlined (a nucleus of 4,000 took twice
+// as long to sort).
+struct RanksBefore {
+  bool operator()(const Candidate& a, const Candidate& b) const { return ranks_before(a, b); }
+};
 
 }  // namespace sustain::sampling

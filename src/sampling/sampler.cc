@@ -101,6 +101,7 @@ void Sampler::record(int32_t token) {
 }
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+  dense_n_ = 0;
   if (config_.temperature <= 0.0f && logits_untouched()) {
     // Greedy with nothing that changes a logit: the argmax of the logits
     // themselves, the same token the chain below would pick. Serving eight
@@ -111,6 +112,12 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
     last_greedy_ = true;
     record(token);
     return token;
+  }
+  if (config_.temperature > 0.0f && wide_ok(n_vocab)) {
+    if (const int32_t token = sample_wide(logits, n_vocab); token >= 0) {
+      record(token);
+      return token;
+    }
   }
   prepare(logits, n_vocab);
   Candidates& c = live_;
@@ -129,6 +136,38 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   }
   record(token);
   return token;
+}
+
+int32_t Sampler::sample_wide(const float* logits, int32_t n_vocab) {
+  SUSTAIN_CHECK(logits != nullptr && n_vocab > 0);
+  if (dense_.size() < static_cast<size_t>(n_vocab)) dense_.resize(n_vocab);
+  if (config_.top_p >= 1.0f && config_.min_p <= 0.0f) {
+    // Temperature alone: the whole vocabulary, drawn from in id order.
+    if (!softmax_logits(dense_.data(), logits, n_vocab, config_.temperature)) return -1;
+    const size_t i = draw_dense(dense_.data(), static_cast<size_t>(n_vocab), rng_.uniform());
+    last_ = TokenProb{static_cast<int32_t>(i), dense_[i], std::log(dense_[i])};
+    last_greedy_ = false;
+    dense_n_ = static_cast<size_t>(n_vocab);
+    return last_.id;
+  }
+  if (!nucleus_chain(logits, n_vocab)) return -1;
+  const Candidates& c = live_;
+  const Candidate& chosen = c.data[draw(c, rng_.uniform())];
+  last_ = TokenProb{chosen.id, chosen.prob, std::log(chosen.prob)};
+  last_greedy_ = false;
+  return chosen.id;
+}
+
+bool Sampler::nucleus_chain(const float* logits, int32_t n_vocab) {
+  if (buffer_.size() < static_cast<size_t>(n_vocab)) buffer_.resize(n_vocab);
+  if (dense_.size() < static_cast<size_t>(n_vocab)) dense_.resize(n_vocab);
+  if (keys_.size() < 2 * static_cast<size_t>(n_vocab)) keys_.resize(2 * n_vocab);
+  if (!nucleus_logits(live_, buffer_.data(), dense_.data(), keys_.data(), logits, n_vocab,
+                      config_.top_p, config_.min_p))
+    return false;
+  temperature(live_, config_.temperature);
+  softmax(live_);
+  return true;
 }
 
 int64_t speculative_choice(const Candidates& p, int32_t draft, std::span<const float> q_by_id,
@@ -167,9 +206,16 @@ int64_t speculative_choice(const Candidates& p, int32_t draft, std::span<const f
 
 int32_t Sampler::sample_speculative(const float* logits, int32_t n_vocab, int32_t draft,
                                     std::span<const TokenProb> q) {
+  dense_n_ = 0;
   if (config_.temperature <= 0.0f) return sample(logits, n_vocab);
-  prepare(logits, n_vocab);
-  finish_chain();
+  // Top-p or min-p without top-k and with nothing before them: the same
+  // candidates from the raw logits (temperature alone keeps the whole
+  // vocabulary, which the residual draw below needs as candidates anyway).
+  const bool shortcut = wide_ok(n_vocab) && (config_.top_p < 1.0f || config_.min_p > 0.0f);
+  if (!shortcut || !nucleus_chain(logits, n_vocab)) {
+    prepare(logits, n_vocab);
+    finish_chain();
+  }
   Candidates& c = live_;
   if (q_dense_.size() < static_cast<size_t>(n_vocab)) q_dense_.assign(n_vocab, 0.0f);
   for (const TokenProb& e : q)
@@ -200,11 +246,25 @@ size_t Sampler::top_probs(std::span<TokenProb> out) {
     out[0] = last_;
     return 1;
   }
+  if (dense_n_ > 0) {
+    // The whole vocabulary (temperature alone): the n most probable by
+    // insertion into a short sorted list, ties to the lower id.
+    const size_t n = std::min(out.size(), dense_n_);
+    size_t have = 0;
+    for (size_t i = 0; i < dense_n_; ++i) {
+      const float p = dense_[i];
+      if (have == n && !(p > out[n - 1].prob)) continue;
+      size_t j = have < n ? have++ : n - 1;
+      for (; j > 0 && p > out[j - 1].prob; --j) out[j] = out[j - 1];
+      out[j] = TokenProb{static_cast<int32_t>(i), p, std::log(p)};
+    }
+    return n;
+  }
   const size_t n = std::min(out.size(), live_.size);
   // Probabilities are monotone in the final logits, so the chain's order is
   // the probability order; only the first n need sorting.
   if (!live_.sorted) {
-    std::partial_sort(live_.data, live_.data + n, live_.data + live_.size, ranks_before);
+    std::partial_sort(live_.data, live_.data + n, live_.data + live_.size, RanksBefore{});
   }
   for (size_t i = 0; i < n; ++i) {
     const Candidate& cand = live_.data[i];

@@ -103,7 +103,7 @@ class Sampler {
 
   // The number of candidates in the last call's final distribution (what
   // top_probs() can return at most).
-  size_t n_live() const { return last_greedy_ ? 1 : live_.size; }
+  size_t n_live() const { return last_greedy_ ? 1 : dense_n_ > 0 ? dense_n_ : live_.size; }
 
   // Records a token this sampler did not draw (prompt tokens, tokens forced
   // by the caller) so penalties see it.
@@ -131,6 +131,17 @@ class Sampler {
   void prepare(const float* logits, int32_t n_vocab);
   // top-k .. softmax on live_ (temperature > 0).
   void finish_chain();
+  // No top-k and nothing before the chain: its shortcuts from the raw logits
+  // apply (processors.h: softmax_logits, nucleus_logits).
+  bool wide_ok(int32_t n_vocab) const {
+    return (config_.top_k <= 0 || config_.top_k >= n_vocab) && logits_untouched();
+  }
+  // sample() by those shortcuts (temperature > 0): the token the chain would
+  // draw, or -1 (no draw made) where the chain must decide.
+  int32_t sample_wide(const float* logits, int32_t n_vocab);
+  // live_ ← the chain's final candidates by nucleus_logits (top_p < 1 or
+  // min_p > 0); false (live_ unspecified) where the chain must decide.
+  bool nucleus_chain(const float* logits, int32_t n_vocab);
   void record(int32_t token);
   std::vector<float> q_dense_;     // speculative: the proposal by id, zero between calls
 
@@ -139,6 +150,11 @@ class Sampler {
   PenaltyHistory history_;
   std::unique_ptr<TokenConstraint> constraint_;
   std::vector<Candidate> buffer_;  // grows to n_vocab once, then reused
+  // sample_wide's weights, or after a temperature-only call the whole
+  // distribution by id (then dense_n_ is its size, else 0).
+  std::vector<float> dense_;
+  size_t dense_n_ = 0;
+  std::vector<uint64_t> keys_;     // nucleus_chain's sort keys
   Candidates live_;                // the last call's final candidates, in buffer_
   TokenProb last_{-1, 0.0f, 0.0f};
   bool last_greedy_ = false;

@@ -289,14 +289,20 @@ TEST(Argmax, LowestIdOnTies) {
   EXPECT_EQ(l.c.data[argmax(l.c)].id, 1);
 }
 
-// n logits of one of six awkward kinds: 0 many ties, 1 specials (NaN,
+// n logits of one of eight awkward kinds: 0 many ties, 1 specials (NaN,
 // infinities, signed zeros), 2 nothing finite, 3 spread values, 4 half NaN
-// and half one value, 5 rising (sorted: each block beats what came before).
+// and half one value, 5 rising (sorted: each block beats what came before),
+// 6 Gaussian with sd 3 (a language model's spread), 7 uniform in [0, 1)
+// (nearly flat: a nucleus of almost everything).
 std::vector<float> awkward_logits(std::mt19937& rng, int n, int kind) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> specials = {nan, -kInf, kInf, 0.0f, -0.0f, 3.0f, -3.0f};
   std::vector<float> l(static_cast<size_t>(n));
+  std::normal_distribution<float> gauss(0.0f, 3.0f);
+  std::uniform_real_distribution<float> flat(0.0f, 1.0f);
   for (float& v : l) {
+    if (kind == 6) v = gauss(rng);
+    if (kind == 7) v = flat(rng);
     const auto r = rng();
     if (kind == 0) v = static_cast<float>(static_cast<int>(r % 4));
     if (kind == 1) v = specials[r % specials.size()];
@@ -346,6 +352,81 @@ TEST(TopK, OnRawLogitsAgreesWithTheCandidates) {
         for (size_t i = 0; i < got.size; ++i) {
           ASSERT_EQ(got.data[i].id, want.c.data[i].id) << "n " << n << " k " << k << " at " << i;
           ASSERT_EQ(got.data[i].logit, want.c.data[i].logit);
+        }
+      }
+    }
+  }
+}
+
+// softmax_logits must leave, by id, the probabilities fill_candidates →
+// temperature → softmax leave, bit for bit, on lengths around the vector
+// lanes and softmax's chunks; where the maximum is not finite it declines.
+// draw_dense must then pick what draw() picks for every u.
+TEST(SoftmaxLogits, AgreesWithTheChainBitForBit) {
+  std::mt19937 rng(13);
+  for (int n : {1, 7, 16, 17, 63, 64, 65, 255, 256, 257, 1000, 49152 + 5}) {
+    for (int kind = 0; kind < 8; ++kind) {
+      const std::vector<float> l = awkward_logits(rng, n, kind);
+      for (float t : {0.5f, 1.0f, 1.7f}) {
+        List want(l);
+        temperature(want.c, t);
+        softmax(want.c);
+        std::vector<float> prob(static_cast<size_t>(n));
+        float mx = -kInf;
+        for (float v : l) mx = v > mx ? v : mx;
+        if (!softmax_logits(prob.data(), l.data(), n, t)) {
+          EXPECT_FALSE(std::isfinite(mx)) << "n " << n << " kind " << kind;
+          continue;
+        }
+        for (int i = 0; i < n; ++i)
+          ASSERT_EQ(prob[i], want.c.data[i].prob) << "n " << n << " kind " << kind << " at " << i;
+        for (double u : {0.0, 1e-9, 0.25, 0.5, 0.7, 0.999, 0.999999999}) {
+          ASSERT_EQ(draw_dense(prob.data(), prob.size(), u), draw(want.c, u))
+              << "n " << n << " kind " << kind << " u " << u;
+        }
+        for (int trial = 0; trial < 20; ++trial) {
+          const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+          ASSERT_EQ(draw_dense(prob.data(), prob.size(), u), draw(want.c, u));
+        }
+      }
+    }
+  }
+}
+
+// nucleus_logits must leave what fill_candidates → top_p → min_p leave: the
+// same candidates in the same order with the same logits and probabilities.
+// It may decline only where the maximum is not finite or the nucleus is
+// nearly everything far down (never on the finite kinds here).
+TEST(NucleusLogits, AgreesWithTheChain) {
+  std::mt19937 rng(17);
+  for (int n : {2, 17, 100, 257, 1000, 49152 + 7}) {
+    for (float p : {0.1f, 0.5f, 0.9f, 0.95f, 0.999f, 1.0f}) {
+      for (float mp : {0.0f, 0.05f, 0.5f}) {
+        if (p >= 1.0f && mp <= 0.0f) continue;
+        for (int kind = 0; kind < 8; ++kind) {
+          const std::vector<float> l = awkward_logits(rng, n, kind);
+          List want(l);
+          top_p(want.c, p);
+          min_p(want.c, mp);
+          std::vector<Candidate> buf(static_cast<size_t>(n));
+          std::vector<float> weights(static_cast<size_t>(n));
+          std::vector<uint64_t> keys(2 * static_cast<size_t>(n));
+          Candidates got;
+          const bool ok =
+              nucleus_logits(got, buf.data(), weights.data(), keys.data(), l.data(), n, p, mp);
+          if (kind == 3 || kind >= 5) {
+            ASSERT_TRUE(ok) << "n " << n << " kind " << kind;
+          }
+          if (!ok) continue;
+          const auto where = testing::Message()
+                             << "n " << n << " p " << p << " min_p " << mp << " kind " << kind;
+          ASSERT_EQ(got.size, want.c.size) << where;
+          ASSERT_EQ(got.sorted, want.c.sorted) << where;
+          for (size_t i = 0; i < got.size; ++i) {
+            ASSERT_EQ(got.data[i].id, want.c.data[i].id) << where << " at " << i;
+            ASSERT_EQ(got.data[i].logit, want.c.data[i].logit) << where << " at " << i;
+            ASSERT_EQ(got.data[i].prob, want.c.data[i].prob) << where << " at " << i;
+          }
         }
       }
     }

@@ -406,6 +406,50 @@ TEST(Sampler, MovedSamplerKeepsWorking) {
   EXPECT_EQ(s.top_probs(top), 3u);
 }
 
+// Without top-k and with nothing before it, sample() takes its shortcuts
+// from the raw logits (temperature alone over the whole vocabulary; top-p
+// and min-p from a histogram floor). A logit bias of 0 changes no logit but
+// sends the same config down the full chain: both must draw the same tokens
+// and report the same distribution, step after step, on a language model's
+// spread of logits and on nearly flat ones.
+TEST(Sampler, ShortcutsFromRawLogitsDrawWhatTheChainDraws) {
+  const int32_t n_vocab = 49152;
+  std::mt19937 gen(21);
+  std::normal_distribution<float> gauss(0.0f, 3.0f);
+  std::vector<std::vector<float>> rows(6, std::vector<float>(n_vocab));
+  for (auto& row : rows)
+    for (float& x : row) x = gauss(gen);
+  rows[5] = random_logits(n_vocab, 4);  // nearly flat: a nucleus of thousands
+  struct Case {
+    float temp, top_p, min_p;
+    int32_t top_k;
+  };
+  for (const Case& k :
+       {Case{0.8f, 1.0f, 0.0f, 0}, Case{0.8f, 0.95f, 0.0f, 0}, Case{1.0f, 0.9f, 0.05f, 0},
+        Case{0.7f, 1.0f, 0.1f, 0}, Case{1.3f, 0.5f, 0.0f, n_vocab}}) {
+    SamplerConfig c = plain(k.temp);
+    c.top_p = k.top_p, c.min_p = k.min_p, c.top_k = k.top_k, c.seed = 77;
+    SamplerConfig chain = c;
+    chain.logit_bias = {{0, 0.0f}};
+    Sampler fast(c), slow(chain);
+    std::array<TokenProb, 5> top_fast, top_slow;
+    for (int step = 0; step < 60; ++step) {
+      const auto& row = rows[static_cast<size_t>(step) % rows.size()];
+      const auto where = testing::Message() << "temp " << k.temp << " top_p " << k.top_p
+                                            << " min_p " << k.min_p << " step " << step;
+      ASSERT_EQ(fast.sample(row.data(), n_vocab), slow.sample(row.data(), n_vocab)) << where;
+      ASSERT_EQ(fast.last().prob, slow.last().prob) << where;
+      ASSERT_EQ(fast.n_live(), slow.n_live()) << where;
+      const size_t n = fast.top_probs(top_fast);
+      ASSERT_EQ(n, slow.top_probs(top_slow)) << where;
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(top_fast[i].id, top_slow[i].id) << where << " rank " << i;
+        ASSERT_EQ(top_fast[i].prob, top_slow[i].prob) << where << " rank " << i;
+      }
+    }
+  }
+}
+
 // ---- odd logits, large vocabularies ----
 
 TEST(Sampler, NanLogitsAreNeverChosen) {

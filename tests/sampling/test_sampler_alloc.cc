@@ -50,13 +50,17 @@ TEST(SamplerAlloc, NoAllocationAfterTheFirstCall) {
   std::vector<float> logits(n_vocab);
   for (int32_t i = 0; i < n_vocab; ++i) logits[i] = static_cast<float>((i * 7919) % 1000) / 100.0f;
 
-  SamplerConfig configs[3];
+  SamplerConfig configs[5];
   configs[0].repeat_penalty = 1.1f;  // the default chain plus penalties
   configs[0].presence_penalty = 0.5f;
-  configs[1].top_k = 0;  // top-p over the whole vocabulary
+  configs[1].top_k = 0;  // top-p over the whole vocabulary (nucleus_logits)
   configs[1].min_p = 0.0f;
   configs[2].temperature = 0.0f;  // greedy
   configs[2].repeat_penalty = 1.3f;
+  configs[3].top_k = 0;  // a temperature alone (softmax_logits, top_probs of it)
+  configs[3].top_p = 1.0f;
+  configs[3].min_p = 0.0f;
+  configs[4].top_k = 0;  // top-p and min-p (min-p's bound as the floor)
 
   for (const SamplerConfig& c : configs) {
     Sampler s(c);

@@ -6,8 +6,10 @@
 // when the draft was not drawn from the q that verification is told.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "sampling/processors.h"
@@ -115,6 +117,37 @@ TEST(SamplerSpeculative, GreedyIsTheArgmaxAndTokensAreRecorded) {
   // An inconsistent proposer (draft not in q) is accepted only with p > 0 -- here
   // always, since token 1 has mass: the sampler never invents a token outside p.
   EXPECT_EQ(same, 200);
+}
+
+// With top-p or min-p and no top-k, sample_speculative builds p from the raw
+// logits (nucleus_logits); a logit bias of 0 sends the same config down the
+// full chain. Both must accept, reject and resample alike.
+TEST(SamplerSpeculative, ShortcutFromRawLogitsVerifiesAsTheChainDoes) {
+  const int32_t n_vocab = 4096;
+  std::mt19937 gen(5);
+  std::normal_distribution<float> gauss(0.0f, 3.0f);
+  std::vector<float> logits(n_vocab);
+  SamplerConfig c;
+  c.temperature = 0.9f, c.top_k = 0, c.top_p = 0.9f, c.min_p = 0.02f, c.seed = 12;
+  SamplerConfig chain = c;
+  chain.logit_bias = {{0, 0.0f}};
+  Sampler fast(c), slow(chain);
+  int accepted = 0;
+  for (int step = 0; step < 100; ++step) {
+    for (float& x : logits) x = gauss(gen);
+    // A proposal that puts most of its mass on the target's argmax or on
+    // a token it rarely keeps, by turns.
+    const auto top =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int32_t draft = step % 2 ? top : (top + 1) % n_vocab;
+    const std::vector<TokenProb> q{{draft, 0.7f, 0.0f}, {(draft + 7) % n_vocab, 0.3f, 0.0f}};
+    const int32_t got = fast.sample_speculative(logits.data(), n_vocab, draft, q);
+    ASSERT_EQ(got, slow.sample_speculative(logits.data(), n_vocab, draft, q)) << "step " << step;
+    ASSERT_EQ(fast.last().prob, slow.last().prob) << "step " << step;
+    accepted += got == draft;
+  }
+  EXPECT_GT(accepted, 10);  // both branches were taken
+  EXPECT_LT(accepted, 100);
 }
 
 }  // namespace
