@@ -61,10 +61,9 @@ json build_conditions() {
           {"compiler", __VERSION__}};
 }
 
-json sampler_conditions(uint64_t seed, float temperature) {
-  if (temperature > 0.0f) {
-    const auto chain = bench_sampler(temperature);
-    return {{"temperature", temperature},
+json sampler_conditions(uint64_t seed, const BenchChain& chain) {
+  if (chain.temperature > 0.0f) {
+    return {{"temperature", chain.temperature},
             {"top_k", chain.top_k},
             {"top_p", chain.top_p},
             {"min_p", chain.min_p},

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/workloads.h"
+
 namespace sustain::bench {
 
 // The current UTC time in strftime `format`.
@@ -19,7 +21,7 @@ nlohmann::json new_report(const std::string& command_line);
 // conditions.machine, conditions.build and conditions.sampler.
 nlohmann::json machine_conditions();
 nlohmann::json build_conditions();
-// bench_sampler(temperature) as the report's conditions.sampler.
-nlohmann::json sampler_conditions(uint64_t seed, float temperature = 0.0f);
+// bench_sampler(chain) as the report's conditions.sampler.
+nlohmann::json sampler_conditions(uint64_t seed, const BenchChain& chain = {});
 
 }  // namespace sustain::bench

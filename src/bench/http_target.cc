@@ -158,9 +158,8 @@ RequestTiming HttpTarget::run(int64_t index, BenchClock::time_point origin) {
       {"model", model_},  {"prompt", prompt(index)}, {"max_tokens", opt_.max_tokens},
       {"temperature", 0}, {"stream", true},          {"stream_options", {{"include_usage", true}}}};
   if (opt_.ignore_eos) body["ignore_eos"] = true;
-  if (opt_.temperature > 0.0f) {
-    const auto chain = bench_sampler(opt_.temperature);
-    body["temperature"] = opt_.temperature;
+  if (const BenchChain& chain = opt_.chain; chain.temperature > 0.0f) {
+    body["temperature"] = chain.temperature;
     body["top_k"] = chain.top_k;
     body["top_p"] = chain.top_p;
     body["min_p"] = chain.min_p;

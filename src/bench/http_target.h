@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "bench/load.h"
+#include "bench/workloads.h"
 
 namespace sustain::bench {
 
@@ -54,9 +55,10 @@ struct HttpTargetOptions {
   int32_t max_tokens = 64;
   bool ignore_eos = true;  // llama-server and vLLM honour it; generation length stays fixed
   uint64_t seed = 1234;
-  // 0: greedy. Above 0: sent with top_k 40, top_p 0.95, min_p 0.05 and a
-  // seed per request (bench --temp), so the server pays for sampling.
-  float temperature = 0.0f;
+  // Temperature 0: greedy. Above 0: sent with the chain's top_k, top_p and
+  // min_p and a seed per request (bench --temp), so the server pays for
+  // sampling.
+  BenchChain chain;
   double timeout_s = 600;
   // A JSON schema each request is constrained by (null: none). It goes out
   // twice: as OpenAI's `response_format` (json_schema) and as llama-server's

@@ -114,7 +114,7 @@ Expected<json> run_http(const BenchConfig& c, Observer& obs) {
   ho.prompt_words = c.conc_prompt;
   ho.max_tokens = c.n_tokens;
   ho.seed = c.seed;
-  ho.temperature = c.temperature;
+  ho.chain = c.chain;
   ho.json_schema = c.json_schema;
   SUSTAIN_ASSIGN_OR_RETURN(auto target, HttpTarget::create(ho));
   json report = new_report(c.command_line);
@@ -137,7 +137,7 @@ Expected<json> run_http(const BenchConfig& c, Observer& obs) {
                             {"emission", "an SSE event whose choices[].text is non-empty"}}},
                           {"machine", machine_conditions()},
                           {"build", build_conditions()},
-                          {"sampler", sampler_conditions(c.seed, c.temperature)},
+                          {"sampler", sampler_conditions(c.seed, c.chain)},
                           {"workload",
                            {{"concurrency", c.concurrency},
                             {"requests_per_client", c.conc_requests},
@@ -318,7 +318,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   lo.n_tokens = c.n_tokens;
   lo.reps = c.reps;
   lo.seed = c.seed;
-  lo.temperature = c.temperature;
+  lo.chain = c.chain;
   lo.budget_s = budget;
   lo.progress = progress;
   auto ladder = run_context_ladder(e, lo);
@@ -385,7 +385,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   }
 
   if (!conc.empty()) {
-    EngineTarget target(e, c.conc_prompt, c.n_tokens, c.seed + 2, nullptr, c.temperature);
+    EngineTarget target(e, c.conc_prompt, c.n_tokens, c.seed + 2, nullptr, c.chain);
     auto levels = run_load(target, load_options(c, conc, c.rates, prog));
     if (!levels) {
       prog.done();
@@ -407,7 +407,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
       {"engine", engine_conditions(e.config())},
       {"machine", machine_conditions()},
       {"build", build_conditions()},
-      {"sampler", sampler_conditions(c.seed, c.temperature)},
+      {"sampler", sampler_conditions(c.seed, c.chain)},
       {"workload",
        {{"ctx_requested", ctx},
         {"ctx_measured", measured_ctx},

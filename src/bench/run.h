@@ -17,6 +17,7 @@
 #include "bench/ablation.h"
 #include "bench/bandwidth.h"
 #include "bench/observer.h"
+#include "bench/workloads.h"
 #include "engine/api.h"
 
 namespace sustain::bench {
@@ -35,8 +36,9 @@ struct BenchConfig {
   // default ladder, none for an explicit one.
   double budget_s = -1;
   int n_tokens = 32;  // generated per request, >= 2
-  // Sampling temperature of the ladders' requests (bench_sampler): 0 greedy.
-  float temperature = 0.0f;
+  // What the ladders' requests sample with (bench_sampler): temperature 0
+  // is greedy.
+  BenchChain chain;
   int reps = 3;       // timed repetitions per rung, after a warm-up
   int threads = 0;    // 0: every core this process may use
   std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk / -ctv spellings

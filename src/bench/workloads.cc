@@ -80,11 +80,14 @@ std::vector<int32_t> head(const std::vector<int32_t>& v, int64_t n) {
 
 }  // namespace
 
-sampling::SamplerConfig bench_sampler(float temperature, uint64_t seed) {
-  sampling::SamplerConfig s;  // its defaults are the server's
-  s.temperature = temperature;
+sampling::SamplerConfig bench_sampler(const BenchChain& chain, uint64_t seed) {
+  sampling::SamplerConfig s;
+  s.temperature = chain.temperature;
+  s.top_k = chain.top_k;
+  s.top_p = chain.top_p;
+  s.min_p = chain.min_p;
   s.seed = seed;
-  if (temperature <= 0.0f) {
+  if (chain.temperature <= 0.0f) {
     s.temperature = 0.0f;
     s.top_k = 0;
     s.top_p = 1.0f;
@@ -292,7 +295,7 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
     // The fill (timed) doubles as the warm-up of this rung's decode.
     SUSTAIN_ASSIGN_OR_RETURN(
         OneRun fill, run_one(e, head(prompt, L), opt.n_tokens, origin, false, opt.constraint,
-                             bench_sampler(opt.temperature, opt.seed)));
+                             bench_sampler(opt.chain, opt.seed)));
     r.fill_from = fill.usage.cached_prompt_tokens;
     r.fill_new_tokens = fill.usage.prompt_tokens - fill.usage.cached_prompt_tokens;
     r.fill_ttft_s = fill.timing.token_times.front() - fill.timing.t_submit;
@@ -305,7 +308,7 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
                      fmt::format("ctx {}: decode rep {}/{}", L, rep + 1, opt.reps));
       SUSTAIN_ASSIGN_OR_RETURN(
           OneRun run, run_one(e, head(prompt, L), opt.n_tokens, origin, rep == 0, opt.constraint,
-                              bench_sampler(opt.temperature, opt.seed + rep + 1)));
+                              bench_sampler(opt.chain, opt.seed + rep + 1)));
       const auto& tt = run.timing.token_times;
       SUSTAIN_ASSIGN_OR_RETURN(std::vector<double> gaps, per_token_decode_s(tt, run.token_steps));
       const double span = tt.size() >= 2 ? tt.back() - tt.front() : 0.0;
@@ -367,7 +370,7 @@ Expected<std::vector<PrefillPoint>> run_prefill_points(engine::Engine& e,
 RequestTiming EngineTarget::run(int64_t index, BenchClock::time_point origin) {
   const uint64_t s = seed_ ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(index + 1));
   auto r = run_one(e_, random_prompt(e_, prompt_tokens_, s), max_tokens_, origin, false,
-                   constraint_, bench_sampler(temperature_, s));
+                   constraint_, bench_sampler(chain_, s));
   if (!r) {
     std::lock_guard<std::mutex> lk(mu_);
     last_error_ = r.status().message();

@@ -33,12 +33,23 @@ nlohmann::json model_conditions(const engine::Engine& e);
 nlohmann::json kv_conditions(const engine::Engine& e);
 nlohmann::json engine_conditions(const engine::EngineConfig& c);
 
+// What bench's requests sample with (bench --temp, --top-k, --top-p,
+// --min-p): temperature 0 is greedy and the rest unused; above 0 the chain
+// named, by default the sampler's own (top_k 40, top_p 0.95, min_p 0.05).
+// top_k 0, top_p 1, min_p 0 is what an OpenAI client sends with a
+// temperature alone.
+struct BenchChain {
+  float temperature = 0.0f;
+  int32_t top_k = sampling::SamplerConfig{}.top_k;
+  float top_p = sampling::SamplerConfig{}.top_p;
+  float min_p = sampling::SamplerConfig{}.min_p;
+};
+
 // The sampler every bench request uses, with ignore_eos, so each request
 // generates exactly max_tokens tokens: greedy at temperature 0 (the
-// default); above it the sampler's default chain (top_k 40, top_p 0.95,
-// min_p 0.05) at that temperature, seeded with `seed` (bench --temp: what
-// sampling costs a served step).
-sampling::SamplerConfig bench_sampler(float temperature = 0.0f, uint64_t seed = 0);
+// default); above it `chain`, seeded with `seed` (what sampling costs a
+// served step).
+sampling::SamplerConfig bench_sampler(const BenchChain& chain = {}, uint64_t seed = 0);
 
 struct LadderOptions {
   std::vector<int64_t> ctx;  // ascending
@@ -53,7 +64,7 @@ struct LadderOptions {
   // Every generated token under this constraint (null: none), as a
   // grammar / JSON-schema request would be (--ablate grammar=).
   std::shared_ptr<const sampling::ConstraintFactory> constraint;
-  float temperature = 0.0f;  // bench_sampler's
+  BenchChain chain;  // bench_sampler's
 };
 struct LadderResult {
   std::vector<LadderRung> rungs;
@@ -70,18 +81,18 @@ Expected<std::vector<PrefillPoint>> run_prefill_points(engine::Engine& e,
 
 // The concurrency ladder's in-process target: request i is a prompt of
 // `prompt_tokens` seeded by (seed, i), `max_tokens` tokens sampled by
-// bench_sampler(temperature, (seed, i)).
+// bench_sampler(chain, (seed, i)).
 class EngineTarget : public LoadTarget {
  public:
   EngineTarget(engine::Engine& e, int64_t prompt_tokens, int32_t max_tokens, uint64_t seed,
                std::shared_ptr<const sampling::ConstraintFactory> constraint = nullptr,
-               float temperature = 0.0f)
+               BenchChain chain = {})
       : e_(e),
         prompt_tokens_(prompt_tokens),
         max_tokens_(max_tokens),
         seed_(seed),
         constraint_(std::move(constraint)),
-        temperature_(temperature) {}
+        chain_(chain) {}
   RequestTiming run(int64_t index, BenchClock::time_point origin) override;
   std::string last_error() const override;
   // The engine's TPOT-target counters over the level (EngineStats deltas).
@@ -95,7 +106,7 @@ class EngineTarget : public LoadTarget {
   int32_t max_tokens_;
   uint64_t seed_;
   std::shared_ptr<const sampling::ConstraintFactory> constraint_;
-  float temperature_;
+  BenchChain chain_;
   mutable std::mutex mu_;
   std::string last_error_;
 };

@@ -34,6 +34,7 @@
 #include "grammar/constraint.h"
 #include "grammar/gbnf.h"
 #include "grammar/schema.h"
+#include "sampling/sampler.h"
 #include "tools/quant_mix.h"
 
 namespace sustain::cli {
@@ -70,6 +71,9 @@ struct BenchArgs {
   double budget = -1;  // < 0: 300 s for the default ladder, none for an explicit --ctx
   uint64_t seed = 1234;
   float temperature = 0.0f;  // --temp
+  // --top-k, --top-p, --min-p; below 0: not given (the sampler's default).
+  int32_t top_k = -1;
+  float top_p = -1.0f, min_p = -1.0f;
   int64_t bw_mib = 1024;
   int bw_reps = 5;
   std::string url, api_key, model_name;
@@ -180,7 +184,17 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
   c.quality_needle = a.quality_needle;
   c.quality_trials = a.quality_trials;
   c.seed = a.seed;
-  c.temperature = a.temperature;
+  c.chain.temperature = a.temperature;
+  if (a.top_k >= 0 || a.top_p >= 0.0f || a.min_p >= 0.0f) {
+    if (a.temperature <= 0.0f)
+      return error(Code::kInvalidArgument,
+                   "bench: --top-k, --top-p and --min-p shape a sampling chain, which needs "
+                   "--temp above 0 (at --temp 0 every request is greedy)");
+    if (a.top_k >= 0) c.chain.top_k = a.top_k;
+    if (a.top_p >= 0.0f) c.chain.top_p = a.top_p;
+    if (a.min_p >= 0.0f) c.chain.min_p = a.min_p;
+    SUSTAIN_TRY(sampling::validate(bench::bench_sampler(c.chain)).with_context("bench"));
+  }
   c.bw_mib = a.bw_mib;
   c.bw_reps = a.bw_reps;
   c.url = a.url;
@@ -254,6 +268,9 @@ std::string command_line(const BenchArgs& a) {
   if (!a.url.empty()) s += " --url " + a.url;
   if (!a.json_schema_file.empty()) s += " --json-schema " + a.json_schema_file;
   if (a.temperature > 0.0f) s += fmt::format(" --temp {}", a.temperature);
+  if (a.top_k >= 0) s += fmt::format(" --top-k {}", a.top_k);
+  if (a.top_p >= 0.0f) s += fmt::format(" --top-p {}", a.top_p);
+  if (a.min_p >= 0.0f) s += fmt::format(" --min-p {}", a.min_p);
   if (!a.mmproj.empty()) s += " --mmproj " + a.mmproj;
   for (const auto& i : a.images) s += " --image " + i;
   return s;
@@ -450,9 +467,18 @@ Runner add_bench(CLI::App& app) {
                   "sampling temperature of the context and concurrency ladders' requests, in "
                   "process or --url: 0 = greedy; above 0 the sampler's default chain (`sustain "
                   "run`'s and llama.cpp's: top_k 40, "
-                  "top_p 0.95, min_p 0.05) with a seed per request, so a step pays for sampling")
+                  "top_p 0.95, min_p 0.05, or as --top-k/--top-p/--min-p say) with a seed per "
+                  "request, so a step pays for sampling")
       ->capture_default_str()
       ->check(CLI::Range(0.0f, 2.0f));
+  sub->add_option("--top-k", a->top_k,
+                  "with --temp: the requests' top-k (default 40; 0 = none, what an OpenAI "
+                  "client that names none gets)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--top-p", a->top_p, "with --temp: the requests' top-p (default 0.95; 1 = none)")
+      ->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--min-p", a->min_p, "with --temp: the requests' min-p (default 0.05; 0 = none)")
+      ->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("--quality", a->quality,
                   "with --ablate: measure each row's quality cost against row 0 (KL, needle)")
       ->capture_default_str()

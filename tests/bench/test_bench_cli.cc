@@ -430,24 +430,35 @@ TEST(CliBench, AblationGrammarMaskTimes) {
 }
 
 // --temp: the ladders' requests sample with the sampler's default chain,
-// and the report says so; every rung and level still generates -n tokens
+// or with the one --top-k / --top-p / --min-p name (here an OpenAI client's:
+// no top-k, top-p alone, which the shortcuts from raw logits serve), and the
+// report says so; every rung and level still generates -n tokens
 // (ignore_eos).
 TEST(CliBench, TemperatureSamplesAndIsInTheConditions) {
-  const std::string dir = tmp_path("bench_cli_temp");
-  std::filesystem::remove_all(dir);
-  auto r = run_cli("bench -m " + tiny_model() +
-                   " --ctx 64 -n 4 -r 1 -t 2 --temp 0.8 --concurrency 2 --conc-prompt 16 "
-                   "--conc-requests 1 --poisson-requests 1 --rate 100 --bw-mib 64 --bw-reps 1 "
-                   "--quality off -o " +
-                   dir);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json j = json::parse(slurp(dir + "/report.json"));
-  const json& s = j["conditions"]["sampler"];
-  EXPECT_FLOAT_EQ(s["temperature"].get<float>(), 0.8f);
-  EXPECT_EQ(s["top_k"], 40);
-  EXPECT_EQ(j["ladder"][0]["decode"]["visible_tokens_per_rep"], json({4}));
-  for (const auto& lv : j["concurrency"]["levels"]) EXPECT_EQ(lv["failed"], 0) << lv.dump();
-  EXPECT_NE(slurp(dir + "/report.md").find("--temp 0.8"), std::string::npos);
+  struct Case {
+    std::string flags;
+    int top_k;
+    float top_p, min_p;
+  };
+  for (const Case& c : {Case{"--temp 0.8", 40, 0.95f, 0.05f},
+                        Case{"--temp 0.8 --top-k 0 --top-p 0.9 --min-p 0", 0, 0.9f, 0.0f}}) {
+    const std::string dir = tmp_path("bench_cli_temp");
+    std::filesystem::remove_all(dir);
+    auto r = run_cli("bench -m " + tiny_model() + " --ctx 64 -n 4 -r 1 -t 2 " + c.flags +
+                     " --concurrency 2 --conc-prompt 16 --conc-requests 1 --poisson-requests 1 "
+                     "--rate 100 --bw-mib 64 --bw-reps 1 --quality off -o " +
+                     dir);
+    ASSERT_EQ(r.exit_code, 0) << c.flags << ": " << r.err;
+    const json j = json::parse(slurp(dir + "/report.json"));
+    const json& s = j["conditions"]["sampler"];
+    EXPECT_FLOAT_EQ(s["temperature"].get<float>(), 0.8f);
+    EXPECT_EQ(s["top_k"], c.top_k);
+    EXPECT_FLOAT_EQ(s["top_p"].get<float>(), c.top_p);
+    EXPECT_FLOAT_EQ(s["min_p"].get<float>(), c.min_p);
+    EXPECT_EQ(j["ladder"][0]["decode"]["visible_tokens_per_rep"], json({4}));
+    for (const auto& lv : j["concurrency"]["levels"]) EXPECT_EQ(lv["failed"], 0) << lv.dump();
+    EXPECT_NE(slurp(dir + "/report.md").find(c.flags), std::string::npos) << c.flags;
+  }
 }
 
 TEST(CliBench, BadFlagsAreNamed) {
@@ -466,6 +477,9 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"-m " + tiny_model() + " --ctx 64 -n 1", "-n 1"},
       {"-m " + tiny_model() + " --ctx 64 --temp -0.5", "--temp"},
       {"-m " + tiny_model() + " --ctx 64 --temp 2.5", "--temp"},
+      {"-m " + tiny_model() + " --ctx 64 --top-k 0", "needs --temp above 0"},
+      {"-m " + tiny_model() + " --ctx 64 --temp 0.8 --top-p 0", "top_p must be in (0, 1]"},
+      {"-m " + tiny_model() + " --ctx 64 --temp 0.8 --min-p 1.5", "--min-p"},
       {"-m " + tmp_path("no_such_model.gguf") + " --ctx 64", "no_such_model.gguf"},
       {"--preset no-such --ctx 64", "no-such"},
       {"--url https://example.com", "https"},

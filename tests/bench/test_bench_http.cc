@@ -202,7 +202,7 @@ TEST(HttpTarget, ATemperatureSendsTheDefaultChainAndASeedPerRequest) {
     HttpTargetOptions o;
     o.url = fake.url();
     o.prompt_words = 8;
-    o.temperature = temp;
+    o.chain.temperature = temp;
     auto t = HttpTarget::create(o);
     ASSERT_TRUE(t) << t.status().message();
     ASSERT_TRUE((*t)->run(0, BenchClock::now()).ok) << (*t)->last_error();
@@ -224,6 +224,25 @@ TEST(HttpTarget, ATemperatureSendsTheDefaultChainAndASeedPerRequest) {
     ASSERT_TRUE(b["seed"].is_number_unsigned());
   }
   EXPECT_NE(bodies[1]["seed"], bodies[2]["seed"]);
+}
+
+// --top-k / --top-p / --min-p: the chain goes out as given (top_k 0 is what
+// an OpenAI client that names no top-k sends).
+TEST(HttpTarget, AChainIsSentAsGiven) {
+  FakeServer fake;
+  HttpTargetOptions o;
+  o.url = fake.url();
+  o.prompt_words = 8;
+  o.chain = BenchChain{0.7f, 0, 0.9f, 0.0f};
+  auto t = HttpTarget::create(o);
+  ASSERT_TRUE(t) << t.status().message();
+  ASSERT_TRUE((*t)->run(0, BenchClock::now()).ok) << (*t)->last_error();
+  const auto bodies = fake.bodies();
+  ASSERT_EQ(bodies.size(), 1u);
+  EXPECT_FLOAT_EQ(bodies[0]["temperature"].get<float>(), 0.7f);
+  EXPECT_EQ(bodies[0]["top_k"], 0);
+  EXPECT_FLOAT_EQ(bodies[0]["top_p"].get<float>(), 0.9f);
+  EXPECT_FLOAT_EQ(bodies[0]["min_p"].get<float>(), 0.0f);
 }
 
 TEST(HttpTarget, LadderOverHttp) {
