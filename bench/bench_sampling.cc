@@ -10,10 +10,16 @@
 // of a language model's logits, or uniform in [0, 1), nearly flat, the
 // worst case for top-p (its nucleus is almost the whole vocabulary).
 //
+// The verify/ rows time Sampler::sample_speculative, which a speculative
+// step runs once per drafted row: the draft is the row's argmax and a
+// token it rarely keeps by turns (q 0.7 on it), so both acceptance and the
+// residual draw are in the figure.
+//
 //   bench_sampling --benchmark_repetitions=5 --benchmark_report_aggregates_only
 //   SUSTAIN_BENCH_MODEL=smollm2-135m-Q4_K_M.gguf bench_sampling --benchmark_filter=model
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -107,19 +113,33 @@ sampling::SamplerConfig chain(int which) {
 }
 constexpr const char* kChainNames[] = {"greedy", "default", "temp", "temp_top_p", "top_p_min_p"};
 
-void run(benchmark::State& state, const Rows* rows, int which) {
+void run(benchmark::State& state, const Rows* rows, int which, bool verify) {
   if (rows->rows.empty()) {
     state.SkipWithError("no logits (SUSTAIN_BENCH_MODEL unset or unusable)");
     return;
   }
   sampling::Sampler s(chain(which));
-  size_t i = 0, live = 0;
+  // Each row's draft for verify/: its argmax, and a neighbour of it.
+  std::vector<int32_t> top;
+  for (const std::vector<float>& r : rows->rows)
+    top.push_back(static_cast<int32_t>(std::max_element(r.begin(), r.end()) - r.begin()));
+  size_t i = 0, live = 0, step = 0, accepted = 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(s.sample(rows->rows[i].data(), rows->n_vocab));
+    if (verify) {
+      const int32_t draft = step++ % 2 ? top[i] : (top[i] + 1) % rows->n_vocab;
+      const sampling::TokenProb q[] = {{draft, 0.7f, 0.0f},
+                                       {(draft + 7) % rows->n_vocab, 0.3f, 0.0f}};
+      const int32_t got = s.sample_speculative(rows->rows[i].data(), rows->n_vocab, draft, q);
+      accepted += got == draft;
+    } else {
+      benchmark::DoNotOptimize(s.sample(rows->rows[i].data(), rows->n_vocab));
+    }
     live += s.n_live();
     i = (i + 1) % rows->rows.size();
   }
-  state.counters["live"] = static_cast<double>(live) / static_cast<double>(state.iterations());
+  const auto n = static_cast<double>(state.iterations());
+  state.counters["live"] = static_cast<double>(live) / n;
+  if (verify) state.counters["accepted"] = static_cast<double>(accepted) / n;
 }
 
 }  // namespace
@@ -134,9 +154,13 @@ int main(int argc, char** argv) {
       {"model", &real}, {"gauss49k", &gauss49}, {"gauss152k", &gauss152}, {"flat49k", &flat49}};
   for (const auto& [name, rows] : sets)
     for (int which = 0; which < 5; ++which)
-      benchmark::RegisterBenchmark((std::string(name) + "/" + kChainNames[which]).c_str(), run,
-                                   rows, which)
-          ->Unit(benchmark::kMicrosecond);
+      for (bool verify : {false, true}) {
+        if (verify && which == 0) continue;  // greedy verifies by sample()
+        const std::string label =
+            std::string(verify ? "verify/" : "") + name + "/" + kChainNames[which];
+        benchmark::RegisterBenchmark(label.c_str(), run, rows, which, verify)
+            ->Unit(benchmark::kMicrosecond);
+      }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
