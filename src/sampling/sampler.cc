@@ -170,32 +170,33 @@ bool Sampler::nucleus_chain(const float* logits, int32_t n_vocab) {
   return true;
 }
 
-int64_t speculative_choice(const Candidates& p, int32_t draft, std::span<const float> q_by_id,
-                           double u_accept, double u_residual) {
-  SUSTAIN_CHECK(p.size > 0);
-  double pd = 0.0;
-  for (size_t i = 0; i < p.size; ++i)
-    if (p.data[i].id == draft) pd = p.data[i].prob;
+namespace {
+
+// speculative_choice over n entries: entry i is token id(i) with target
+// probability prob(i); pd is the target's probability of the draft, and
+// draw_p(u) draws from the target itself.
+template <class Id, class Prob, class DrawP>
+int64_t choose(size_t n, Id id, Prob prob, double pd, int32_t draft, std::span<const float> q_by_id,
+               double u_accept, double u_residual, DrawP draw_p) {
   const double qd = draft >= 0 && static_cast<size_t>(draft) < q_by_id.size()
                         ? static_cast<double>(q_by_id[static_cast<size_t>(draft)])
                         : 0.0;
   // Accept with min(1, p/q); a draft its proposal gave no mass (an
   // inconsistent proposer) is accepted only where p has it, never forced.
   if (pd > 0.0 && (qd <= 0.0 || u_accept * qd < pd)) return -1;
+  auto residual = [&](size_t i) {
+    const auto t = static_cast<size_t>(id(i));
+    return std::max(0.0, prob(i) - (t < q_by_id.size() ? q_by_id[t] : 0.0));
+  };
   double total = 0.0;
-  for (size_t i = 0; i < p.size; ++i) {
-    const auto id = static_cast<size_t>(p.data[i].id);
-    const double qi = id < q_by_id.size() ? q_by_id[id] : 0.0;
-    total += std::max(0.0, p.data[i].prob - qi);
-  }
+  for (size_t i = 0; i < n; ++i) total += residual(i);
   // p == q up to rounding leaves no residual: p itself is the right law then.
-  if (!(total > 0.0)) return static_cast<int64_t>(draw(p, u_residual));
+  if (!(total > 0.0)) return static_cast<int64_t>(draw_p(u_residual));
   const double target = u_residual * total;
   double cum = 0.0;
   size_t last_positive = 0;
-  for (size_t i = 0; i < p.size; ++i) {
-    const auto id = static_cast<size_t>(p.data[i].id);
-    const double r = std::max(0.0, p.data[i].prob - (id < q_by_id.size() ? q_by_id[id] : 0.0));
+  for (size_t i = 0; i < n; ++i) {
+    const double r = residual(i);
     if (r <= 0.0) continue;
     last_positive = i;
     cum += r;
@@ -204,36 +205,80 @@ int64_t speculative_choice(const Candidates& p, int32_t draft, std::span<const f
   return static_cast<int64_t>(last_positive);
 }
 
+}  // namespace
+
+int64_t speculative_choice(const Candidates& p, int32_t draft, std::span<const float> q_by_id,
+                           double u_accept, double u_residual) {
+  SUSTAIN_CHECK(p.size > 0);
+  double pd = 0.0;
+  for (size_t i = 0; i < p.size; ++i)
+    if (p.data[i].id == draft) pd = p.data[i].prob;
+  return choose(
+      p.size, [&](size_t i) { return p.data[i].id; },
+      [&](size_t i) { return static_cast<double>(p.data[i].prob); }, pd, draft, q_by_id, u_accept,
+      u_residual, [&](double u) { return draw(p, u); });
+}
+
+int64_t speculative_choice_dense(std::span<const float> p_by_id, int32_t draft,
+                                 std::span<const float> q_by_id, double u_accept,
+                                 double u_residual) {
+  SUSTAIN_CHECK(!p_by_id.empty());
+  const double pd = draft >= 0 && static_cast<size_t>(draft) < p_by_id.size()
+                        ? static_cast<double>(p_by_id[static_cast<size_t>(draft)])
+                        : 0.0;
+  return choose(
+      p_by_id.size(), [](size_t i) { return i; },
+      [&](size_t i) { return static_cast<double>(p_by_id[i]); }, pd, draft, q_by_id, u_accept,
+      u_residual, [&](double u) { return draw_dense(p_by_id.data(), p_by_id.size(), u); });
+}
+
 int32_t Sampler::sample_speculative(const float* logits, int32_t n_vocab, int32_t draft,
                                     std::span<const TokenProb> q) {
   dense_n_ = 0;
   if (config_.temperature <= 0.0f) return sample(logits, n_vocab);
-  // Top-p or min-p without top-k and with nothing before them: the same
-  // candidates from the raw logits (temperature alone keeps the whole
-  // vocabulary, which the residual draw below needs as candidates anyway).
-  const bool shortcut = wide_ok(n_vocab) && (config_.top_p < 1.0f || config_.min_p > 0.0f);
-  if (!shortcut || !nucleus_chain(logits, n_vocab)) {
-    prepare(logits, n_vocab);
-    finish_chain();
-  }
-  Candidates& c = live_;
   if (q_dense_.size() < static_cast<size_t>(n_vocab)) q_dense_.assign(n_vocab, 0.0f);
   for (const TokenProb& e : q)
     if (e.id >= 0 && e.id < n_vocab) q_dense_[static_cast<size_t>(e.id)] = e.prob;
-  const double u1 = rng_.uniform(), u2 = rng_.uniform();
-  const int64_t pick =
-      speculative_choice(c, draft, std::span<const float>(q_dense_.data(), n_vocab), u1, u2);
+  const std::span<const float> q_by_id(q_dense_.data(), static_cast<size_t>(n_vocab));
+  int32_t token = -1;
+  float prob = 0.0f;
+  if (wide_ok(n_vocab) && config_.top_p >= 1.0f && config_.min_p <= 0.0f) {
+    // Temperature alone: the whole vocabulary by id from the raw logits,
+    // which is the chain's candidate list (id order, the same
+    // probabilities), so the same accept/resample, without 49,152
+    // candidates built per verified row.
+    if (dense_.size() < static_cast<size_t>(n_vocab)) dense_.resize(n_vocab);
+    if (softmax_logits(dense_.data(), logits, n_vocab, config_.temperature)) {
+      const std::span<const float> p(dense_.data(), static_cast<size_t>(n_vocab));
+      const double u1 = rng_.uniform(), u2 = rng_.uniform();
+      const int64_t pick = speculative_choice_dense(p, draft, q_by_id, u1, u2);
+      token = pick >= 0 ? static_cast<int32_t>(pick) : draft;
+      prob = token >= 0 && token < n_vocab ? dense_[static_cast<size_t>(token)] : 0.0f;
+      dense_n_ = static_cast<size_t>(n_vocab);
+    }
+  }
+  if (token < 0) {
+    // Top-p or min-p without top-k and with nothing before them: the same
+    // candidates from the raw logits.
+    const bool shortcut = wide_ok(n_vocab) && (config_.top_p < 1.0f || config_.min_p > 0.0f);
+    if (!shortcut || !nucleus_chain(logits, n_vocab)) {
+      prepare(logits, n_vocab);
+      finish_chain();
+    }
+    const Candidates& c = live_;
+    const double u1 = rng_.uniform(), u2 = rng_.uniform();
+    const int64_t pick = speculative_choice(c, draft, q_by_id, u1, u2);
+    token = draft;
+    if (pick >= 0) {
+      token = c.data[pick].id;
+      prob = c.data[pick].prob;
+    } else {
+      for (size_t i = 0; i < c.size; ++i)
+        if (c.data[i].id == draft) prob = c.data[i].prob;
+    }
+  }
   for (const TokenProb& e : q)
     if (e.id >= 0 && e.id < n_vocab) q_dense_[static_cast<size_t>(e.id)] = 0.0f;
-  int32_t token = draft;
-  float prob = 0.0f;
-  if (pick >= 0) {
-    token = c.data[pick].id;
-    prob = c.data[pick].prob;
-  } else {
-    for (size_t i = 0; i < c.size; ++i)
-      if (c.data[i].id == draft) prob = c.data[i].prob;
-  }
   last_ = TokenProb{token, prob, std::log(prob)};
   last_greedy_ = false;
   record(token);

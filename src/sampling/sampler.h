@@ -71,6 +71,14 @@ struct TokenProb {
 int64_t speculative_choice(const Candidates& p, int32_t draft, std::span<const float> q_by_id,
                            double u_accept, double u_residual);
 
+// The same over a dense target: p_by_id[i] is token i's probability, as a
+// list of candidates in id order would hold them (a temperature alone).
+// Returns the token chosen, or -1 when `draft` was accepted: bit for bit
+// what speculative_choice returns on those candidates.
+int64_t speculative_choice_dense(std::span<const float> p_by_id, int32_t draft,
+                                 std::span<const float> q_by_id, double u_accept,
+                                 double u_residual);
+
 class Sampler {
  public:
   // Validates the config first.

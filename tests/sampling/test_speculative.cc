@@ -122,32 +122,81 @@ TEST(SamplerSpeculative, GreedyIsTheArgmaxAndTokensAreRecorded) {
 // With top-p or min-p and no top-k, sample_speculative builds p from the raw
 // logits (nucleus_logits); a logit bias of 0 sends the same config down the
 // full chain. Both must accept, reject and resample alike.
+// The shortcuts from raw logits (temperature alone: the dense softmax;
+// top_p / min_p without top_k: nucleus_logits) against the chain, which a
+// logit bias of 0 forces: the same token and probability every step, over
+// accepted drafts and rejections (the residual draw), on Gaussian logits and
+// on an odd-sized vocabulary with ties.
 TEST(SamplerSpeculative, ShortcutFromRawLogitsVerifiesAsTheChainDoes) {
-  const int32_t n_vocab = 4096;
-  std::mt19937 gen(5);
-  std::normal_distribution<float> gauss(0.0f, 3.0f);
-  std::vector<float> logits(n_vocab);
-  SamplerConfig c;
-  c.temperature = 0.9f, c.top_k = 0, c.top_p = 0.9f, c.min_p = 0.02f, c.seed = 12;
-  SamplerConfig chain = c;
-  chain.logit_bias = {{0, 0.0f}};
-  Sampler fast(c), slow(chain);
-  int accepted = 0;
-  for (int step = 0; step < 100; ++step) {
-    for (float& x : logits) x = gauss(gen);
-    // A proposal that puts most of its mass on the target's argmax or on
-    // a token it rarely keeps, by turns.
-    const auto top =
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    const int32_t draft = step % 2 ? top : (top + 1) % n_vocab;
-    const std::vector<TokenProb> q{{draft, 0.7f, 0.0f}, {(draft + 7) % n_vocab, 0.3f, 0.0f}};
-    const int32_t got = fast.sample_speculative(logits.data(), n_vocab, draft, q);
-    ASSERT_EQ(got, slow.sample_speculative(logits.data(), n_vocab, draft, q)) << "step " << step;
-    ASSERT_EQ(fast.last().prob, slow.last().prob) << "step " << step;
-    accepted += got == draft;
+  struct Case {
+    float temperature, top_p, min_p;
+    int32_t top_k, n_vocab;
+    bool ties;
+  };
+  for (const Case& k :
+       {Case{0.9f, 0.9f, 0.02f, 0, 4096, false}, Case{0.8f, 1.0f, 0.0f, 0, 4096, false},
+        Case{0.6f, 1.0f, 0.0f, 0, 1031, true}, Case{0.7f, 1.0f, 0.0f, 5000, 4099, false}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "temperature " << k.temperature << " top_p " << k.top_p << " min_p " << k.min_p
+                 << " top_k " << k.top_k << " n_vocab " << k.n_vocab);
+    const int32_t n_vocab = k.n_vocab;
+    std::mt19937 gen(5);
+    std::normal_distribution<float> gauss(0.0f, 3.0f);
+    std::vector<float> logits(n_vocab);
+    SamplerConfig c;
+    c.temperature = k.temperature, c.top_k = k.top_k, c.top_p = k.top_p, c.min_p = k.min_p;
+    c.seed = 12;
+    SamplerConfig chain = c;
+    chain.logit_bias = {{0, 0.0f}};
+    Sampler fast(c), slow(chain);
+    int accepted = 0;
+    std::vector<TokenProb> fast_top(5), slow_top(5);
+    for (int step = 0; step < 100; ++step) {
+      for (float& x : logits) x = k.ties ? std::round(gauss(gen)) : gauss(gen);
+      // A proposal that puts most of its mass on the target's argmax or on
+      // a token it rarely keeps, by turns.
+      const auto top =
+          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      const int32_t draft = step % 2 ? top : (top + 1) % n_vocab;
+      const std::vector<TokenProb> q{{draft, 0.7f, 0.0f}, {(draft + 7) % n_vocab, 0.3f, 0.0f}};
+      const int32_t got = fast.sample_speculative(logits.data(), n_vocab, draft, q);
+      ASSERT_EQ(got, slow.sample_speculative(logits.data(), n_vocab, draft, q)) << "step " << step;
+      ASSERT_EQ(fast.last().prob, slow.last().prob) << "step " << step;
+      const size_t nf = fast.top_probs(fast_top), ns = slow.top_probs(slow_top);
+      ASSERT_EQ(nf, ns);
+      for (size_t i = 0; i < nf; ++i) {
+        EXPECT_EQ(fast_top[i].id, slow_top[i].id) << "step " << step << " rank " << i;
+        EXPECT_EQ(fast_top[i].prob, slow_top[i].prob) << "step " << step << " rank " << i;
+      }
+      accepted += got == draft;
+    }
+    EXPECT_GT(accepted, 10);  // both branches were taken
+    EXPECT_LT(accepted, 100);
   }
-  EXPECT_GT(accepted, 10);  // both branches were taken
-  EXPECT_LT(accepted, 100);
+}
+
+// speculative_choice_dense is speculative_choice on the candidates of a
+// dense distribution in id order, for every pair of uniforms on a grid,
+// where p and q overlap, where q == p (no residual) and where the draft is
+// out of range.
+TEST(SpeculativeChoice, DenseMatchesTheCandidateList) {
+  const std::vector<float> p{0.1f, 0.0f, 0.35f, 0.05f, 0.3f, 0.2f, 0.0f};
+  std::vector<Candidate> buf(p.size());
+  for (size_t i = 0; i < p.size(); ++i) buf[i] = {static_cast<int32_t>(i), 0.0f, p[i]};
+  const Candidates c{buf.data(), buf.size(), false};
+  for (const std::vector<float>& q : std::vector<std::vector<float>>{
+           {0.0f, 0.5f, 0.1f, 0.0f, 0.4f, 0.0f, 0.0f}, p, {0, 0, 0, 0, 0, 0, 1.0f}}) {
+    for (int32_t draft : {0, 1, 2, 4, 6, 7, -1}) {
+      for (int a = 0; a < 20; ++a) {
+        for (int b = 0; b < 20; ++b) {
+          const double ua = (a + 0.5) / 20, ub = (b + 0.5) / 20;
+          const int64_t want = speculative_choice(c, draft, q, ua, ub);
+          ASSERT_EQ(speculative_choice_dense(p, draft, q, ua, ub), want < 0 ? -1 : buf[want].id)
+              << "draft " << draft << " u " << ua << ", " << ub;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
