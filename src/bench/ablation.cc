@@ -186,8 +186,8 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
     if (eq == std::string::npos)
       return error(Code::kInvalidArgument,
                    "--ablate '{}': '{}' is not key=value (keys: ctk, ctv, kv, layout, prefix, "
-                   "batch, ubatch, threads, repack, spec, draft, gate, draft_model, model, "
-                   "grammar, split)",
+                   "batch, ubatch, threads, repack, sampling, spec, draft, mtp_depth, gate, "
+                   "draft_model, model, grammar, split)",
                    spec, kv);
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     any = true;
@@ -206,6 +206,13 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
         return error(Code::kInvalidArgument,
                      "--ablate '{}': repack must be on or off (--repack), got '{}'", spec, v);
       row.cfg.repack = v == "on";
+    } else if (k == "sampling") {
+      if (v != "pool" && v != "serial")
+        return error(Code::kInvalidArgument,
+                     "--ablate '{}': sampling must be pool (a step's streams sampled over the "
+                     "threads) or serial (one after another on the engine thread), got '{}'",
+                     spec, v);
+      row.cfg.pool_sampling = v == "pool";
     } else if (k == "prefix") {
       if (v != "on" && v != "off")
         return error(Code::kInvalidArgument, "--ablate '{}': prefix must be on or off, got '{}'",
@@ -284,8 +291,8 @@ Status apply_switch(const std::string& spec, AblationRow& row) {
       return error(
           Code::kInvalidArgument,
           "--ablate '{}': unknown key '{}' (keys: ctk, ctv, kv, layout, prefix, batch, "
-          "ubatch, threads, repack, spec, draft, mtp_depth, gate, draft_model, model, grammar, "
-          "split)",
+          "ubatch, threads, repack, sampling, spec, draft, mtp_depth, gate, draft_model, model, "
+          "grammar, split)",
           spec, k);
     }
   }
@@ -343,10 +350,13 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
     row.name = s;
     plan.push_back({s, row});
   }
-  bool any_grammar = false, any_split = false;
+  // Switches whose effect needs several streams at once also run the
+  // concurrency levels.
+  bool any_grammar = false, any_split = false, any_sampling = false;
   for (auto& p : plan) {
     any_grammar |= !p.second.grammar.empty();
     any_split |= p.second.split != "on";
+    any_sampling |= p.second.cfg.pool_sampling != in.base.pool_sampling;
     SUSTAIN_TRY(place_row(p.second, p.first, in.base.ranks));
   }
   json prev_conc;
@@ -416,7 +426,7 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
                  {"ladder", mask_json(bc.take_mask_times_us(), ladder_tokens)}};
     }
     json conc = nullptr;
-    if ((any_grammar || any_split) && !in.concurrency.empty()) {
+    if ((any_grammar || any_split || any_sampling) && !in.concurrency.empty()) {
       int64_t conc_tokens = 0;
       auto cc = concurrency_cells(**re, in, bc.factory, ao.n_tokens, ao.seed + 2, &conc_tokens);
       if (!cc) {

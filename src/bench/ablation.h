@@ -45,7 +45,8 @@ using MakeConstraint =
     std::function<Expected<BenchConstraint>(const std::string& grammar, engine::Engine& e)>;
 
 // Applies `spec` ("kv=q8_0", "batch=256,threads=4": keys ctk, ctv, kv,
-// layout, prefix, batch, ubatch, threads, repack (on, off), spec (off, ngram, draft), draft
+// layout, prefix, batch, ubatch, threads, repack (on, off), sampling (pool,
+// serial: also runs the concurrency levels), spec (off, ngram, draft), draft
 // (--draft-max), draft_model, model, grammar (off, json, FILE), split (on,
 // off, layer, tensor: the row over the job's split, on rank 0 alone, or over
 // the same ranks cut that way)) to `row`;

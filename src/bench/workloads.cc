@@ -224,7 +224,8 @@ json engine_conditions(const engine::EngineConfig& c) {
             {"prefix_cache", c.prefix_cache},
             {"deterministic", c.deterministic},
             {"batch_invariant", c.batch_invariant},
-            {"repack", c.repack}};
+            {"repack", c.repack},
+            {"pool_sampling", c.pool_sampling}};
   json spec = nullptr;
   if (c.spec.enabled()) {
     std::string types;

@@ -98,6 +98,12 @@ struct EngineConfig {
   // Every sequence runs in a batch of its own composition-independent shape:
   // at temperature 0 a request's output does not depend on what else runs.
   bool deterministic = false;
+  // A step's rows that end in a sample (one per decoding stream) are
+  // sampled over the thread pool, each stream's sampler on its own row, and
+  // emitted in order afterwards; false samples them one after another on
+  // the engine thread (`bench --ablate sampling=serial`). The tokens are
+  // the same either way.
+  bool pool_sampling = true;
   // Every token computed as it would be alone (base/batch_invariant.h): a
   // verify step's rows equal decode steps, a prefill chunk's rows equal
   // decoding them, bit for bit, at the multi-row kernels' cost. Process-wide:
@@ -257,6 +263,9 @@ struct EngineStats {
   int32_t draft_kv_pages_cached = 0;
   uint64_t draft_prefix_tokens_reused = 0;
   uint64_t generated_tokens = 0;      // tokens emitted to clients
+  // Tokens sampled over the thread pool, several streams' at once
+  // (EngineConfig::pool_sampling); the rest one after another.
+  uint64_t pool_sampled_tokens = 0;
   uint64_t preemptions = 0;
   uint64_t steps = 0;
   // The TPOT target (EngineConfig::tpot_target_ms): steps that ran under one

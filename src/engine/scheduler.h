@@ -85,13 +85,15 @@ struct Engine::Impl {
   Status reserve_or_preempt(Seq& s, int64_t n, bool* self_preempted);
   void preempt(size_t running_index);
   // Samples a token from `row` (against the drafted token `draft` drawn
-  // from q when q is given: rejection sampling) and emits it.
-  void sample_and_emit(Seq& s, const float* row, int32_t draft = -1,
-                       std::span<const sampling::TokenProb> q = {});
-  // The two halves: the sample, then its emission (an end of generation
-  // or the length limit finishes the sequence, whose usage is final then).
+  // from q when q is given: rejection sampling). Touches only s's sampler,
+  // so different sequences may sample at once.
   int32_t sample(Seq& s, const float* row, int32_t draft = -1,
                  std::span<const sampling::TokenProb> q = {});
+  // Samples every row in `pending` (over the pool with cfg().pool_sampling
+  // and more than one) and then emits them in order.
+  void sample_pending();
+  // Emits a sampled token (an end of generation or the length limit
+  // finishes the sequence, whose usage is final then).
   void emit(Seq& s, const float* row, int32_t id);
   int64_t next_snapshot(const Seq& s) const;
   int64_t image_cut(const Seq& s, int64_t n) const;
@@ -141,6 +143,14 @@ struct Engine::Impl {
   std::vector<float> logits;
   std::vector<float> lp_scratch;
   std::vector<int32_t> id_scratch;
+  // A step's rows that end in a plain sample: which sequence, its logits,
+  // and (after sample_pending) the token drawn.
+  struct PendingSample {
+    Seq* s;
+    const float* row;
+    int32_t id;
+  };
+  std::vector<PendingSample> pending;
 
   std::shared_ptr<detail::Waker> waker = std::make_shared<detail::Waker>();
   std::thread thread;

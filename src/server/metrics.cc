@@ -164,6 +164,9 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
          static_cast<double>(s->prompt_tokens_computed));
   metric(out, "sustain_generated_tokens_total", "counter", "tokens sent to clients",
          static_cast<double>(s->generated_tokens));
+  metric(out, "sustain_pool_sampled_tokens_total", "counter",
+         "tokens sampled over the thread pool, several streams at once",
+         static_cast<double>(s->pool_sampled_tokens));
   metric(out, "sustain_prefix_cache_hits_total", "counter",
          "requests that reused at least one cached prompt page",
          static_cast<double>(s->prefix_cache_hits));

@@ -374,6 +374,30 @@ TEST(CliBench, VerifyCostCurveAtEveryDepth) {
       << alone.err;
 }
 
+// --ablate sampling=serial: the row's engine samples a step's streams one
+// after another, the report says so, and the concurrency levels run on
+// every row (the switch only shows with several streams).
+TEST(CliBench, AblationSerialSampling) {
+  const std::string dir = tmp_path("bench_cli_sampling");
+  std::filesystem::remove_all(dir);
+  auto r = run_cli("bench -m " + tiny_model() +
+                   " --ctx 64 -n 8 -r 2 -t 2 --temp 0.8 --top-k 0 --concurrency 1,4 "
+                   "--conc-prompt 32 --bw-mib 64 --bw-reps 1 --quality off "
+                   "--ablate sampling=serial -o " +
+                   dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(slurp(dir + "/report.json"));
+  const json& rows = j["ablation"]["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["engine"]["pool_sampling"], true);
+  EXPECT_EQ(rows[1]["engine"]["pool_sampling"], false);
+  for (const auto& row : rows) {
+    ASSERT_EQ(row["concurrency"].size(), 2u) << row.dump();
+    EXPECT_GT(row["concurrency"][1]["aggregate_tok_s"].get<double>(), 0);
+  }
+  EXPECT_TRUE(rows[1]["concurrency"][1]["delta_pct"].is_number());
+}
+
 // --ablate grammar=: every generated token of the row constrained (a JSON
 // schema that cannot end within the tokens asked for), the mask time per
 // token reported, and the concurrency levels run on every row.
@@ -472,6 +496,7 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"-m " + tiny_model() + " --ctx 64 --ablate colour=blue", "colour"},
       {"-m " + tiny_model() + " --ctx 64 --ablate layout=diagonal", "layout must be tiled or rows"},
       {"-m " + tiny_model() + " --ctx 64 --ablate repack=yes", "repack must be on or off"},
+      {"-m " + tiny_model() + " --ctx 64 --ablate sampling=parallel", "sampling must be pool"},
       {"-m " + tiny_model() + " --ctx 64 --ablate spec=mtp,mtp_depth=17", "mtp_depth=17"},
       {"-m " + tiny_model() + " --ctx 64 --kv-layout diagonal", "--kv-layout"},
       {"-m " + tiny_model() + " --ctx 64 -n 1", "-n 1"},

@@ -163,6 +163,51 @@ TEST(Engine, ConcurrentRequestsFromManyThreadsEachMatchTheirSoloRun) {
   EXPECT_EQ(st.ttft.count, uint64_t(kClients));
 }
 
+// Eight streams sampling at a temperature, each with its own seed and
+// chain, decode the same tokens whether a step samples them over the pool
+// or one after another (F32 weights: a row's logits do not depend on the
+// batch around it), and the pooled run did sample several at once.
+TEST(Engine, PoolSamplingDrawsWhatSerialSamplingDraws) {
+  constexpr int kClients = 8;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kClients; ++i) prompts.push_back(prompt_of(12 + 5 * i, 300 + i));
+  auto run = [&](bool pooled, uint64_t* pooled_tokens) {
+    EngineConfig c = base_config();
+    c.n_parallel = kClients;
+    c.pool_sampling = pooled;
+    auto e = make(c);
+    std::vector<std::vector<int32_t>> got(kClients);
+    if (!e) return got;
+    std::vector<std::thread> th;
+    for (int i = 0; i < kClients; ++i)
+      th.emplace_back([&, i] {
+        Request r = greedy(prompts[i], 24);
+        r.sampling.temperature = 0.7f + 0.1f * static_cast<float>(i % 3);
+        r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+        // The chains clients send: a temperature alone, with top_p, and
+        // the default chain (top_k 40).
+        if (i % 3 != 2) r.sampling.top_k = 0, r.sampling.min_p = 0.0f;
+        if (i % 3 == 0) r.sampling.top_p = 1.0f;
+        auto s = e->submit(r);
+        ASSERT_TRUE(s.has_value()) << s.status().message();
+        const Event ev = s->wait();
+        EXPECT_EQ(ev.finish, Finish::kLength) << ev.error.message();
+        got[i] = ids(ev);
+      });
+    for (auto& t : th) t.join();
+    *pooled_tokens = e->stats().pool_sampled_tokens;
+    return got;
+  };
+  uint64_t pooled = 0, serial = 0;
+  const auto a = run(true, &pooled), b = run(false, &serial);
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(a[i].size(), 24u);
+    EXPECT_EQ(a[i], b[i]) << "client " << i;
+  }
+  EXPECT_GT(pooled, 0u) << "no step sampled several streams at once";
+  EXPECT_EQ(serial, 0u);
+}
+
 // A second request sharing a 4096-token prefix computes only its 50-token
 // tail and returns what a cold run returns: the same tokens, and the same
 // logprobs of the top 20 candidates (log-softmax of the raw logits) at every
