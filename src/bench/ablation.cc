@@ -62,7 +62,7 @@ json mask_json(const std::vector<float>& us, int64_t tokens) {
 Expected<json> concurrency_cells(engine::Engine& e, const AblationInput& in,
                                  const std::shared_ptr<const sampling::ConstraintFactory>& c,
                                  int32_t n_tokens, uint64_t seed, int64_t* tokens) {
-  EngineTarget target(e, in.conc_prompt, n_tokens, seed, c);
+  EngineTarget target(e, in.conc_prompt, n_tokens, seed, c, in.ladder.chain);
   LoadOptions lo;
   lo.concurrency.assign(in.concurrency.begin(), in.concurrency.end());
   lo.requests_per_client = in.conc_requests;

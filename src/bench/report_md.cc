@@ -375,18 +375,24 @@ std::string spec_cell(const json& row) {
   return out;
 }
 
-// Rows with a grammar (or the concurrency levels grammar rows add): decode
-// speed at each concurrency and the mask time per constrained token.
+// Rows that ran the concurrency levels (a grammar, sampling or split switch
+// adds them): decode speed at each concurrency, and with a grammar the mask
+// time per constrained token.
 void add_ablation_grammar(const json& a, std::vector<Table>& out) {
-  bool any = false;
-  for (const auto& row : a["rows"])
-    any |= (row.contains("concurrency") && row["concurrency"].is_array()) ||
-           (row.contains("grammar") && row["grammar"].is_object());
+  bool any = false, grammar = false;
+  for (const auto& row : a["rows"]) {
+    const bool g = row.contains("grammar") && row["grammar"].is_object();
+    any |= (row.contains("concurrency") && row["concurrency"].is_array()) || g;
+    grammar |= g;
+  }
   if (!any) return;
-  Table t{"Ablation: constrained decoding",
-          "per concurrency N: per-request decode tok/s P50 / aggregate tok/s (Δ aggregate vs "
-          "the row above); mask = time to get one constrained token's mask, P50 / P99 in µs "
-          "(cache hits included), in the context ladder and in the concurrency levels",
+  Table t{grammar ? "Ablation: constrained decoding" : "Ablation: concurrency levels",
+          grammar ? "per concurrency N: per-request decode tok/s P50 / aggregate tok/s (Δ "
+                    "aggregate vs the row above); mask = time to get one constrained token's "
+                    "mask, P50 / P99 in µs (cache hits included), in the context ladder and in "
+                    "the concurrency levels"
+                  : "per concurrency N: per-request decode tok/s P50 / aggregate tok/s (Δ "
+                    "aggregate vs the row above)",
           {"row"},
           {}};
   const json* levels = nullptr;
@@ -395,8 +401,10 @@ void add_ablation_grammar(const json& a, std::vector<Table>& out) {
   if (levels != nullptr)
     for (const auto& l : *levels)
       t.header.push_back(fmt::format("N={} tok/s", l["concurrency"].get<int64_t>()));
-  t.header.push_back("mask P50 / P99 (ladder)");
-  t.header.push_back("mask P50 / P99 (concurrency)");
+  if (grammar) {
+    t.header.push_back("mask P50 / P99 (ladder)");
+    t.header.push_back("mask P50 / P99 (concurrency)");
+  }
   auto mask = [](const json& g, const char* k) -> std::string {
     if (!g.is_object() || !g.contains(k) || !g[k].is_object()) return "-";
     return fmt::format("{:.1f} / {:.1f}", num(g[k], "mask_us_p50"), num(g[k], "mask_us_p99"));
@@ -417,9 +425,11 @@ void add_ablation_grammar(const json& a, std::vector<Table>& out) {
         cell += fmt::format(" ({:+.1f} %)", c["delta_pct"].get<double>());
       cells.push_back(cell);
     }
-    const json g = row.contains("grammar") ? row["grammar"] : json();
-    cells.push_back(mask(g, "ladder"));
-    cells.push_back(mask(g, "concurrency"));
+    if (grammar) {
+      const json g = row.contains("grammar") ? row["grammar"] : json();
+      cells.push_back(mask(g, "ladder"));
+      cells.push_back(mask(g, "concurrency"));
+    }
     t.rows.push_back(cells);
   }
   out.push_back(std::move(t));

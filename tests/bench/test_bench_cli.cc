@@ -396,6 +396,9 @@ TEST(CliBench, AblationSerialSampling) {
     EXPECT_GT(row["concurrency"][1]["aggregate_tok_s"].get<double>(), 0);
   }
   EXPECT_TRUE(rows[1]["concurrency"][1]["delta_pct"].is_number());
+  const std::string md = slurp(dir + "/report.md");
+  EXPECT_NE(md.find("Ablation: concurrency levels"), std::string::npos) << md;
+  EXPECT_EQ(md.find("mask P50"), std::string::npos) << "no grammar row, no mask columns";
 }
 
 // --ablate grammar=: every generated token of the row constrained (a JSON
