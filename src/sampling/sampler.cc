@@ -6,6 +6,9 @@
 namespace sustain::sampling {
 namespace {
 
+// top_probs over a dense distribution: up to this many by insertion.
+constexpr size_t kInsertionTop = 32;
+
 Status bad(const char* field, const char* rule, double value) {
   return error(Code::kInvalidArgument, "sampler: {} must be {}, got {}", field, rule, value);
 }
@@ -292,9 +295,28 @@ size_t Sampler::top_probs(std::span<TokenProb> out) {
     return 1;
   }
   if (dense_n_ > 0) {
-    // The whole vocabulary (temperature alone): the n most probable by
-    // insertion into a short sorted list, ties to the lower id.
+    // The whole vocabulary (temperature alone): the n most probable, ties
+    // to the lower id. A few by insertion into a short sorted list; many
+    // (a caller asking for the whole distribution) in a heap whose front
+    // is the worst kept, so n = 49,152 is n log n, not n squared.
     const size_t n = std::min(out.size(), dense_n_);
+    auto better = [](const TokenProb& a, const TokenProb& b) {
+      return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
+    };
+    if (n > kInsertionTop) {
+      for (size_t i = 0; i < n; ++i) out[i] = TokenProb{static_cast<int32_t>(i), dense_[i], 0.0f};
+      std::make_heap(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n), better);
+      for (size_t i = n; i < dense_n_; ++i) {
+        const TokenProb e{static_cast<int32_t>(i), dense_[i], 0.0f};
+        if (!better(e, out[0])) continue;
+        std::pop_heap(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n), better);
+        out[n - 1] = e;
+        std::push_heap(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n), better);
+      }
+      std::sort_heap(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n), better);
+      for (size_t i = 0; i < n; ++i) out[i].logprob = std::log(out[i].prob);
+      return n;
+    }
     size_t have = 0;
     for (size_t i = 0; i < dense_n_; ++i) {
       const float p = dense_[i];
@@ -315,6 +337,22 @@ size_t Sampler::top_probs(std::span<TokenProb> out) {
     const Candidate& cand = live_.data[i];
     out[i] = TokenProb{cand.id, cand.prob, std::log(cand.prob)};
   }
+  return n;
+}
+
+size_t Sampler::probs(std::span<TokenProb> out) const {
+  if (last_.id < 0 || out.empty()) return 0;
+  if (last_greedy_) {
+    out[0] = TokenProb{last_.id, 1.0f, 0.0f};
+    return 1;
+  }
+  if (dense_n_ > 0) {
+    const size_t n = std::min(out.size(), dense_n_);
+    for (size_t i = 0; i < n; ++i) out[i] = TokenProb{static_cast<int32_t>(i), dense_[i], 0.0f};
+    return n;
+  }
+  const size_t n = std::min(out.size(), live_.size);
+  for (size_t i = 0; i < n; ++i) out[i] = TokenProb{live_.data[i].id, live_.data[i].prob, 0.0f};
   return n;
 }
 

@@ -31,8 +31,10 @@ bool draw_token(sampling::Sampler& sampler, const float* row, int64_t n_vocab, f
                 Draft& out, std::vector<sampling::TokenProb>& scratch) {
   if (p_min > 0.0f && top_probability(row, n_vocab) < p_min) return false;
   const int32_t tok = sampler.sample(row, static_cast<int32_t>(n_vocab));
+  // q in any order: sample_speculative spreads it by id. top_probs would
+  // sort it (a temperature alone leaves the whole vocabulary live).
   scratch.resize(sampler.n_live());
-  const size_t n = sampler.top_probs(scratch);
+  const size_t n = sampler.probs(scratch);
   out.tokens.push_back(tok);
   out.q.emplace_back(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(n));
   return true;

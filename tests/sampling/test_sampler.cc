@@ -450,6 +450,51 @@ TEST(Sampler, ShortcutsFromRawLogitsDrawWhatTheChainDraws) {
   }
 }
 
+// Asked for many entries (a draft model's proposal wants the whole
+// distribution), the dense top_probs keeps the chain's order (probability,
+// then id) and values at every size, past its insertion list's length, with
+// ties; probs() gives the same entries unsorted, on either path.
+TEST(Sampler, WholeDistributionFromTheShortcutMatchesTheChain) {
+  const int32_t n_vocab = 4099;
+  std::mt19937 gen(3);
+  std::normal_distribution<float> gauss(0.0f, 3.0f);
+  std::vector<float> row(n_vocab);
+  for (float& x : row) x = std::round(gauss(gen) * 4.0f) / 4.0f;  // many ties
+  SamplerConfig c = plain(0.9f);
+  c.top_k = 0, c.top_p = 1.0f, c.min_p = 0.0f, c.seed = 5;
+  SamplerConfig chain = c;
+  chain.logit_bias = {{0, 0.0f}};
+  Sampler fast(c), slow(chain);
+  ASSERT_EQ(fast.sample(row.data(), n_vocab), slow.sample(row.data(), n_vocab));
+  for (size_t want :
+       {size_t{5}, size_t{32}, size_t{33}, size_t{1000}, size_t{4099}, size_t{4200}}) {
+    std::vector<TokenProb> a(want), b(want);
+    const size_t n = fast.top_probs(a);
+    ASSERT_EQ(n, slow.top_probs(b)) << want;
+    ASSERT_EQ(n, std::min(want, size_t{4099}));
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(a[i].id, b[i].id) << want << " rank " << i;
+      ASSERT_EQ(a[i].prob, b[i].prob) << want << " rank " << i;
+      ASSERT_EQ(a[i].logprob, b[i].logprob) << want << " rank " << i;
+    }
+  }
+  auto by_id = [](Sampler& s) {
+    std::vector<TokenProb> v(s.n_live());
+    v.resize(s.probs(v));
+    std::sort(v.begin(), v.end(),
+              [](const TokenProb& x, const TokenProb& y) { return x.id < y.id; });
+    return v;
+  };
+  const auto pf = by_id(fast), ps = by_id(slow);
+  ASSERT_EQ(pf.size(), size_t{4099});
+  ASSERT_EQ(ps.size(), pf.size());
+  for (size_t i = 0; i < pf.size(); ++i) {
+    ASSERT_EQ(pf[i].id, static_cast<int32_t>(i));
+    ASSERT_EQ(pf[i].id, ps[i].id);
+    ASSERT_EQ(pf[i].prob, ps[i].prob) << "token " << i;
+  }
+}
+
 // ---- odd logits, large vocabularies ----
 
 TEST(Sampler, NanLogitsAreNeverChosen) {
