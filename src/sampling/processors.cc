@@ -279,6 +279,16 @@ bool softmax_logits(float* prob, const float* logits, int32_t n, float t) {
   return true;
 }
 
+double log_sum_exp(const float* logits, int32_t n, float* weights) {
+  SUSTAIN_CHECK(n > 0);
+  const float m = max_of(logits, n);
+  if (!std::isfinite(m)) return m;
+  kernels::exp_weights(logits, 1.0f, m, weights, n);
+  Sum8 sum;
+  sum.add(weights, static_cast<size_t>(n), 0);
+  return static_cast<double>(m) + std::log(sum.total());
+}
+
 namespace {
 
 // Calls emit(i) for each i < n with logits[i] >= floor, in id order: a

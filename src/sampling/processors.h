@@ -95,6 +95,14 @@ bool softmax_logits(float* prob, const float* logits, int32_t n, float t);
 bool nucleus_logits(Candidates& c, Candidate* buffer, float* weights, uint64_t* keys,
                     const float* logits, int32_t n, float p, float mp);
 
+// ln of the sum of exp(logits[i]) over the n > 0 logits, NaN ignored: the
+// log-softmax denominator a logprobs request is answered against. The
+// weights go through kernels::exp_weights into weights[0, n) (scratch) and
+// are summed in a fixed order (terms below e^-87 of the largest drop out,
+// as they do from every softmax here). A largest logit that is not finite
+// is returned as it is.
+double log_sum_exp(const float* logits, int32_t n, float* weights);
+
 // Index of the highest logit, lowest id on ties (greedy decoding). Requires
 // c.size > 0.
 size_t argmax(const Candidates& c);

@@ -362,6 +362,33 @@ TEST(TopK, OnRawLogitsAgreesWithTheCandidates) {
 // temperature → softmax leave, bit for bit, on lengths around the vector
 // lanes and softmax's chunks; where the maximum is not finite it declines.
 // draw_dense must then pick what draw() picks for every u.
+// log_sum_exp against a double-precision scalar reference (NaN skipped),
+// on lengths around the vector blocks and the awkward kinds: within float
+// rounding of the reference where the largest logit is finite, and the
+// largest logit itself (+inf, -inf) where it is not.
+TEST(LogSumExp, AgreesWithAScalarReference) {
+  std::mt19937 rng(17);
+  for (int n : {1, 7, 16, 17, 255, 256, 257, 1000, 49152 + 5}) {
+    for (int kind = 0; kind < 8; ++kind) {
+      const std::vector<float> l = awkward_logits(rng, n, kind);
+      double mx = -kInf;
+      for (float v : l)
+        if (v > mx) mx = v;
+      std::vector<float> w(static_cast<size_t>(n));
+      const double got = log_sum_exp(l.data(), n, w.data());
+      if (!std::isfinite(mx)) {
+        EXPECT_EQ(got, mx) << "n " << n << " kind " << kind;
+        continue;
+      }
+      double sum = 0.0;
+      for (float v : l)
+        if (!std::isnan(v)) sum += std::exp(static_cast<double>(v) - mx);
+      const double want = mx + std::log(sum);
+      EXPECT_NEAR(got, want, 2e-6 * std::max(1.0, std::abs(want))) << "n " << n << " kind " << kind;
+    }
+  }
+}
+
 TEST(SoftmaxLogits, AgreesWithTheChainBitForBit) {
   std::mt19937 rng(13);
   for (int n : {1, 7, 16, 17, 63, 64, 65, 255, 256, 257, 1000, 49152 + 5}) {
