@@ -15,6 +15,12 @@
 // token it rarely keeps by turns (q 0.7 on it), so both acceptance and the
 // residual draw are in the figure.
 //
+// The logprobs/ rows time what a request with logprobs and top_logprobs 20
+// adds per token: the log-softmax denominator and the 20 best, as the
+// engine computes them (log_sum_exp, top_k_logits) and, in the scalar/
+// rows, as it did before 2026-12-06 (a double exp per logit, a partial
+// sort of every id).
+//
 //   bench_sampling --benchmark_repetitions=5 --benchmark_report_aggregates_only
 //   SUSTAIN_BENCH_MODEL=smollm2-135m-Q4_K_M.gguf bench_sampling --benchmark_filter=model
 #include <benchmark/benchmark.h>
@@ -29,6 +35,7 @@
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "sampling/processors.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -142,6 +149,44 @@ void run(benchmark::State& state, const Rows* rows, int which, bool verify) {
   if (verify) state.counters["accepted"] = static_cast<double>(accepted) / n;
 }
 
+void logprobs(benchmark::State& state, const Rows* rows, bool scalar) {
+  if (rows->rows.empty()) {
+    state.SkipWithError("no logits (SUSTAIN_BENCH_MODEL unset or unusable)");
+    return;
+  }
+  constexpr int32_t kTop = 20;
+  const int32_t n = rows->n_vocab;
+  std::vector<float> weights(static_cast<size_t>(n));
+  std::vector<sampling::Candidate> cands(static_cast<size_t>(n));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  size_t i = 0;
+  for (auto _ : state) {
+    const float* row = rows->rows[i].data();
+    double lse;
+    float best;
+    if (scalar) {
+      float mx = row[0];
+      for (int32_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+      double sum = 0.0;
+      for (int32_t j = 0; j < n; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
+      lse = mx + std::log(sum);
+      for (int32_t j = 0; j < n; ++j) ids[static_cast<size_t>(j)] = j;
+      std::partial_sort(ids.begin(), ids.begin() + kTop, ids.end(), [&](int32_t a, int32_t b) {
+        return row[a] > row[b] || (row[a] == row[b] && a < b);
+      });
+      best = row[ids[0]];
+    } else {
+      lse = sampling::log_sum_exp(row, n, weights.data());
+      sampling::Candidates c;
+      sampling::top_k_logits(c, cands.data(), row, n, kTop);
+      best = c.data[0].logit;
+    }
+    benchmark::DoNotOptimize(lse);
+    benchmark::DoNotOptimize(best);
+    i = (i + 1) % rows->rows.size();
+  }
+}
+
 }  // namespace
 }  // namespace sustain
 
@@ -161,6 +206,12 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(label.c_str(), run, rows, which, verify)
             ->Unit(benchmark::kMicrosecond);
       }
+  for (const auto& [name, rows] : sets)
+    for (bool scalar : {false, true})
+      benchmark::RegisterBenchmark(
+          (std::string(scalar ? "logprobs/scalar/" : "logprobs/") + name).c_str(), logprobs, rows,
+          scalar)
+          ->Unit(benchmark::kMicrosecond);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
