@@ -92,9 +92,18 @@ struct Engine::Impl {
   // Samples every row in `pending` (over the pool with cfg().pool_sampling
   // and more than one) and then emits them in order.
   void sample_pending();
+  // Scratch of describe(), one per pool slot.
+  struct LogprobScratch {
+    std::vector<float> weights;
+    std::vector<sampling::Candidate> cands;
+  };
+  // The event of token `id` drawn from `row`: with the logprob and top
+  // logprobs s's request asked for. Touches only sc, so rows of different
+  // sequences may be described at once.
+  TokenEvent describe(const Seq& s, const float* row, int32_t id, LogprobScratch& sc) const;
   // Emits a sampled token (an end of generation or the length limit
   // finishes the sequence, whose usage is final then).
-  void emit(Seq& s, const float* row, int32_t id);
+  void emit(Seq& s, TokenEvent ev);
   int64_t next_snapshot(const Seq& s) const;
   int64_t image_cut(const Seq& s, int64_t n) const;
   // The TPOT target of a step whose decoding rows have `decode_shape`
@@ -141,14 +150,13 @@ struct Engine::Impl {
   Workspace ws;
   Batch batch;
   std::vector<float> logits;
-  std::vector<float> lp_scratch;
-  std::vector<int32_t> id_scratch;
+  std::vector<LogprobScratch> lp_slots;  // pool->size() of them
   // A step's rows that end in a plain sample: which sequence, its logits,
-  // and (after sample_pending) the token drawn.
+  // and (after sample_pending) the token drawn, described.
   struct PendingSample {
     Seq* s;
     const float* row;
-    int32_t id;
+    TokenEvent ev;
   };
   std::vector<PendingSample> pending;
 

@@ -208,6 +208,75 @@ TEST(Engine, PoolSamplingDrawsWhatSerialSamplingDraws) {
   EXPECT_EQ(serial, 0u);
 }
 
+// Three greedy streams at once asking for logprobs (so a step describes
+// their tokens over the pool): each token's logprob and its 20 best
+// alternatives are the log-softmax of the logits a direct forward computes,
+// in double precision here, ranked by logit with ties to the lower id.
+TEST(Engine, LogprobsAreTheLogSoftmaxOfTheLogits) {
+  constexpr int kClients = 3, kTokens = 6, kTop = 20;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kClients; ++i) prompts.push_back(prompt_of(10 + 7 * i, 500 + i));
+  EngineConfig c = base_config();
+  c.n_parallel = kClients;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  std::vector<Event> got(kClients);
+  std::vector<std::thread> th;
+  for (int i = 0; i < kClients; ++i)
+    th.emplace_back([&, i] {
+      Request r = greedy(prompts[i], kTokens);
+      r.logprobs = true;
+      r.top_logprobs = kTop;
+      auto s = e->submit(r);
+      ASSERT_TRUE(s.has_value()) << s.status().message();
+      got[i] = s->wait();
+    });
+  for (auto& t : th) t.join();
+  EXPECT_GT(e->stats().pool_sampled_tokens, 0u);
+  auto model = Model::load(model_path());
+  ASSERT_TRUE(model.has_value());
+  const auto n_vocab = static_cast<size_t>((*model)->config().n_vocab);
+  ThreadPool pool(2);
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_EQ(got[i].tokens.size(), size_t{kTokens}) << got[i].error.message();
+    auto cache = kv::KvCache::create((*model)->kv_geometry(), 1024);
+    ASSERT_TRUE(cache.has_value());
+    Workspace ws = (*model)->make_workspace(512, 2);
+    kv::PageTable t;
+    std::vector<float> logits(n_vocab);
+    std::vector<int32_t> feed = prompts[i];
+    for (int k = 0; k < kTokens; ++k) {
+      const int64_t start = t.n_tokens;
+      ASSERT_TRUE(cache->reserve(t, static_cast<int64_t>(feed.size())).is_ok());
+      Batch b;
+      b.seqs = {&t};
+      for (size_t j = 0; j < feed.size(); ++j)
+        b.tokens.push_back({feed[j], 0, start + static_cast<int64_t>(j), j + 1 == feed.size()});
+      ASSERT_TRUE((*model)->forward(b, *cache, ws, pool, logits.data()).is_ok());
+      double mx = logits[0], sum = 0.0;
+      for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+      for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+      const double lse = mx + std::log(sum);
+      std::vector<int32_t> order(n_vocab);
+      for (size_t j = 0; j < n_vocab; ++j) order[j] = static_cast<int32_t>(j);
+      std::partial_sort(order.begin(), order.begin() + kTop, order.end(),
+                        [&](int32_t a, int32_t b) {
+                          return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                        });
+      const TokenEvent& ev = got[i].tokens[static_cast<size_t>(k)];
+      const auto where = testing::Message() << "client " << i << " token " << k;
+      ASSERT_EQ(ev.id, order[0]) << where;
+      EXPECT_NEAR(ev.logprob, logits[ev.id] - lse, 1e-4) << where;
+      ASSERT_EQ(ev.top.size(), size_t{kTop}) << where;
+      for (int r = 0; r < kTop; ++r) {
+        EXPECT_EQ(ev.top[r].id, order[r]) << where << " rank " << r;
+        EXPECT_NEAR(ev.top[r].logprob, logits[order[r]] - lse, 1e-4) << where << " rank " << r;
+      }
+      feed = {ev.id};
+    }
+  }
+}
+
 // A second request sharing a 4096-token prefix computes only its 50-token
 // tail and returns what a cold run returns: the same tokens, and the same
 // logprobs of the top 20 candidates (log-softmax of the raw logits) at every
