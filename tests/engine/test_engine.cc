@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -75,10 +76,12 @@ std::vector<int32_t> ids(const Event& e) {
   return v;
 }
 
-// Greedy decoding with Model::forward directly: the prompt in one call, then
-// one token per call — the shapes an engine with one request uses.
-std::vector<int32_t> direct_greedy(const std::string& path, const std::vector<int32_t>& prompt,
-                                   int n, int64_t chunk = 512) {
+// Decoding with Model::forward directly: the prompt in one call, then one
+// token per call, the shapes an engine with one request uses; pick(k,
+// logits) chooses the k-th token.
+std::vector<int32_t> direct_decode(
+    const std::string& path, const std::vector<int32_t>& prompt, int n, int64_t chunk,
+    const std::function<int32_t(int, const std::vector<float>&)>& pick) {
   auto model = Model::load(path);
   EXPECT_TRUE(model.has_value());
   auto cache = kv::KvCache::create((*model)->kv_geometry(), 1024);
@@ -97,12 +100,18 @@ std::vector<int32_t> direct_greedy(const std::string& path, const std::vector<in
     for (size_t j = 0; j < feed.size(); ++j)
       b.tokens.push_back({feed[j], 0, start + static_cast<int64_t>(j), j + 1 == feed.size()});
     EXPECT_TRUE((*model)->forward(b, *cache, ws, pool, logits.data()).is_ok());
-    const int32_t next =
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int32_t next = pick(i, logits);
     out.push_back(next);
     feed = {next};
   }
   return out;
+}
+
+std::vector<int32_t> direct_greedy(const std::string& path, const std::vector<int32_t>& prompt,
+                                   int n, int64_t chunk = 512) {
+  return direct_decode(path, prompt, n, chunk, [](int, const std::vector<float>& logits) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  });
 }
 
 TEST(Engine, OneRequestMatchesDirectForward) {
@@ -233,47 +242,31 @@ TEST(Engine, LogprobsAreTheLogSoftmaxOfTheLogits) {
     });
   for (auto& t : th) t.join();
   EXPECT_GT(e->stats().pool_sampled_tokens, 0u);
-  auto model = Model::load(model_path());
-  ASSERT_TRUE(model.has_value());
-  const auto n_vocab = static_cast<size_t>((*model)->config().n_vocab);
-  ThreadPool pool(2);
   for (int i = 0; i < kClients; ++i) {
     ASSERT_EQ(got[i].tokens.size(), size_t{kTokens}) << got[i].error.message();
-    auto cache = kv::KvCache::create((*model)->kv_geometry(), 1024);
-    ASSERT_TRUE(cache.has_value());
-    Workspace ws = (*model)->make_workspace(512, 2);
-    kv::PageTable t;
-    std::vector<float> logits(n_vocab);
-    std::vector<int32_t> feed = prompts[i];
-    for (int k = 0; k < kTokens; ++k) {
-      const int64_t start = t.n_tokens;
-      ASSERT_TRUE(cache->reserve(t, static_cast<int64_t>(feed.size())).is_ok());
-      Batch b;
-      b.seqs = {&t};
-      for (size_t j = 0; j < feed.size(); ++j)
-        b.tokens.push_back({feed[j], 0, start + static_cast<int64_t>(j), j + 1 == feed.size()});
-      ASSERT_TRUE((*model)->forward(b, *cache, ws, pool, logits.data()).is_ok());
-      double mx = logits[0], sum = 0.0;
-      for (float v : logits) mx = std::max(mx, static_cast<double>(v));
-      for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
-      const double lse = mx + std::log(sum);
-      std::vector<int32_t> order(n_vocab);
-      for (size_t j = 0; j < n_vocab; ++j) order[j] = static_cast<int32_t>(j);
-      std::partial_sort(order.begin(), order.begin() + kTop, order.end(),
-                        [&](int32_t a, int32_t b) {
-                          return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-                        });
-      const TokenEvent& ev = got[i].tokens[static_cast<size_t>(k)];
-      const auto where = testing::Message() << "client " << i << " token " << k;
-      ASSERT_EQ(ev.id, order[0]) << where;
-      EXPECT_NEAR(ev.logprob, logits[ev.id] - lse, 1e-4) << where;
-      ASSERT_EQ(ev.top.size(), size_t{kTop}) << where;
-      for (int r = 0; r < kTop; ++r) {
-        EXPECT_EQ(ev.top[r].id, order[r]) << where << " rank " << r;
-        EXPECT_NEAR(ev.top[r].logprob, logits[order[r]] - lse, 1e-4) << where << " rank " << r;
-      }
-      feed = {ev.id};
-    }
+    direct_decode(
+        model_path(), prompts[i], kTokens, 512, [&](int k, const std::vector<float>& logits) {
+          double mx = logits[0], sum = 0.0;
+          for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+          for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+          const double lse = mx + std::log(sum);
+          std::vector<int32_t> order(logits.size());
+          for (size_t j = 0; j < order.size(); ++j) order[j] = static_cast<int32_t>(j);
+          std::partial_sort(order.begin(), order.begin() + kTop, order.end(),
+                            [&](int32_t a, int32_t b) {
+                              return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                            });
+          const TokenEvent& ev = got[i].tokens[static_cast<size_t>(k)];
+          const auto where = testing::Message() << "client " << i << " token " << k;
+          EXPECT_EQ(ev.id, order[0]) << where;
+          EXPECT_NEAR(ev.logprob, logits[ev.id] - lse, 1e-4) << where;
+          EXPECT_EQ(ev.top.size(), size_t{kTop}) << where;
+          for (size_t r = 0; r < ev.top.size() && r < size_t{kTop}; ++r) {
+            EXPECT_EQ(ev.top[r].id, order[r]) << where << " rank " << r;
+            EXPECT_NEAR(ev.top[r].logprob, logits[order[r]] - lse, 1e-4) << where << " rank " << r;
+          }
+          return ev.id;
+        });
   }
 }
 
