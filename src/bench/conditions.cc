@@ -62,17 +62,22 @@ json build_conditions() {
 }
 
 json sampler_conditions(uint64_t seed, const BenchChain& chain) {
+  json j;
   if (chain.temperature > 0.0f) {
-    return {{"temperature", chain.temperature},
-            {"top_k", chain.top_k},
-            {"top_p", chain.top_p},
-            {"min_p", chain.min_p},
-            {"ignore_eos", true},
-            {"prompt_seed", seed},
-            {"sampler_seed", "per request, from the prompt seed"}};
+    j = {{"temperature", chain.temperature},
+         {"top_k", chain.top_k},
+         {"top_p", chain.top_p},
+         {"min_p", chain.min_p},
+         {"ignore_eos", true},
+         {"prompt_seed", seed},
+         {"sampler_seed", "per request, from the prompt seed"}};
+  } else {
+    j = {{"temperature", 0.0}, {"top_k", 0},         {"top_p", 1.0},
+         {"min_p", 0.0},       {"ignore_eos", true}, {"prompt_seed", seed}};
   }
-  return {{"temperature", 0.0}, {"top_k", 0},         {"top_p", 1.0},
-          {"min_p", 0.0},       {"ignore_eos", true}, {"prompt_seed", seed}};
+  // The alternatives each token's logprob came with; null: no logprobs.
+  j["top_logprobs"] = chain.top_logprobs >= 0 ? json(chain.top_logprobs) : json();
+  return j;
 }
 
 }  // namespace sustain::bench

@@ -165,6 +165,8 @@ RequestTiming HttpTarget::run(int64_t index, BenchClock::time_point origin) {
     body["min_p"] = chain.min_p;
     body["seed"] = opt_.seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index + 1));
   }
+  // Completions' logprobs: the number of alternatives (0: the token's own).
+  if (opt_.chain.top_logprobs >= 0) body["logprobs"] = opt_.chain.top_logprobs;
   if (!opt_.json_schema.is_null()) {
     body["response_format"] = {
         {"type", "json_schema"},

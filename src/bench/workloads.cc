@@ -36,11 +36,14 @@ struct OneRun {
 Expected<OneRun> run_one(engine::Engine& e, std::vector<int32_t> prompt, int32_t max_tokens,
                          BenchClock::time_point origin, bool sample_kv,
                          const std::shared_ptr<const sampling::ConstraintFactory>& constraint,
-                         const sampling::SamplerConfig& sampler = bench_sampler()) {
+                         const sampling::SamplerConfig& sampler = bench_sampler(),
+                         int32_t top_logprobs = -1) {
   engine::Request req;
   req.prompt = std::move(prompt);
   req.max_tokens = max_tokens;
   req.sampling = sampler;
+  req.logprobs = top_logprobs >= 0;
+  req.top_logprobs = std::max(0, top_logprobs);
   req.sampling.constraint = constraint;
   req.ignore_eos = true;
   OneRun out;
@@ -296,7 +299,7 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
     // The fill (timed) doubles as the warm-up of this rung's decode.
     SUSTAIN_ASSIGN_OR_RETURN(
         OneRun fill, run_one(e, head(prompt, L), opt.n_tokens, origin, false, opt.constraint,
-                             bench_sampler(opt.chain, opt.seed)));
+                             bench_sampler(opt.chain, opt.seed), opt.chain.top_logprobs));
     r.fill_from = fill.usage.cached_prompt_tokens;
     r.fill_new_tokens = fill.usage.prompt_tokens - fill.usage.cached_prompt_tokens;
     r.fill_ttft_s = fill.timing.token_times.front() - fill.timing.t_submit;
@@ -308,8 +311,9 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
         opt.progress("ladder", base + step * (rep + 1) / (opt.reps + 1),
                      fmt::format("ctx {}: decode rep {}/{}", L, rep + 1, opt.reps));
       SUSTAIN_ASSIGN_OR_RETURN(
-          OneRun run, run_one(e, head(prompt, L), opt.n_tokens, origin, rep == 0, opt.constraint,
-                              bench_sampler(opt.chain, opt.seed + rep + 1)));
+          OneRun run,
+          run_one(e, head(prompt, L), opt.n_tokens, origin, rep == 0, opt.constraint,
+                  bench_sampler(opt.chain, opt.seed + rep + 1), opt.chain.top_logprobs));
       const auto& tt = run.timing.token_times;
       SUSTAIN_ASSIGN_OR_RETURN(std::vector<double> gaps, per_token_decode_s(tt, run.token_steps));
       const double span = tt.size() >= 2 ? tt.back() - tt.front() : 0.0;
@@ -371,7 +375,7 @@ Expected<std::vector<PrefillPoint>> run_prefill_points(engine::Engine& e,
 RequestTiming EngineTarget::run(int64_t index, BenchClock::time_point origin) {
   const uint64_t s = seed_ ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(index + 1));
   auto r = run_one(e_, random_prompt(e_, prompt_tokens_, s), max_tokens_, origin, false,
-                   constraint_, bench_sampler(chain_, s));
+                   constraint_, bench_sampler(chain_, s), chain_.top_logprobs);
   if (!r) {
     std::lock_guard<std::mutex> lk(mu_);
     last_error_ = r.status().message();

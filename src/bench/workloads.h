@@ -38,11 +38,15 @@ nlohmann::json engine_conditions(const engine::EngineConfig& c);
 // named, by default the sampler's own (top_k 40, top_p 0.95, min_p 0.05).
 // top_k 0, top_p 1, min_p 0 is what an OpenAI client sends with a
 // temperature alone.
+// top_logprobs (bench --logprobs N): each request also asks for its
+// tokens' logprobs and N alternatives each (what an evaluation harness
+// sends); -1: none.
 struct BenchChain {
   float temperature = 0.0f;
   int32_t top_k = sampling::SamplerConfig{}.top_k;
   float top_p = sampling::SamplerConfig{}.top_p;
   float min_p = sampling::SamplerConfig{}.min_p;
+  int32_t top_logprobs = -1;
 };
 
 // The sampler every bench request uses, with ignore_eos, so each request

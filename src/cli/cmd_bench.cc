@@ -74,6 +74,7 @@ struct BenchArgs {
   // --top-k, --top-p, --min-p; below 0: not given (the sampler's default).
   int32_t top_k = -1;
   float top_p = -1.0f, min_p = -1.0f;
+  int32_t logprobs = -1;  // --logprobs; below 0: not asked for
   int64_t bw_mib = 1024;
   int bw_reps = 5;
   std::string url, api_key, model_name;
@@ -195,6 +196,7 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
     if (a.min_p >= 0.0f) c.chain.min_p = a.min_p;
     SUSTAIN_TRY(sampling::validate(bench::bench_sampler(c.chain)).with_context("bench"));
   }
+  c.chain.top_logprobs = a.logprobs;
   c.bw_mib = a.bw_mib;
   c.bw_reps = a.bw_reps;
   c.url = a.url;
@@ -271,6 +273,7 @@ std::string command_line(const BenchArgs& a) {
   if (a.top_k >= 0) s += fmt::format(" --top-k {}", a.top_k);
   if (a.top_p >= 0.0f) s += fmt::format(" --top-p {}", a.top_p);
   if (a.min_p >= 0.0f) s += fmt::format(" --min-p {}", a.min_p);
+  if (a.logprobs >= 0) s += fmt::format(" --logprobs {}", a.logprobs);
   if (!a.mmproj.empty()) s += " --mmproj " + a.mmproj;
   for (const auto& i : a.images) s += " --image " + i;
   return s;
@@ -480,6 +483,11 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("--min-p", a->min_p, "with --temp: the requests' min-p (default 0.05; 0 = none)")
       ->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--logprobs", a->logprobs,
+                  "the ladders' requests also ask for each token's logprob and this many "
+                  "alternatives (0 = the token's own only; in process or --url, where it is "
+                  "/v1/completions' `logprobs`), as an evaluation harness does")
+      ->check(CLI::Range(0, static_cast<int>(engine::kMaxTopLogprobs)));
   sub->add_option("--quality", a->quality,
                   "with --ablate: measure each row's quality cost against row 0 (KL, needle)")
       ->capture_default_str()

@@ -485,6 +485,24 @@ TEST(CliBench, TemperatureSamplesAndIsInTheConditions) {
     EXPECT_EQ(j["ladder"][0]["decode"]["visible_tokens_per_rep"], json({4}));
     for (const auto& lv : j["concurrency"]["levels"]) EXPECT_EQ(lv["failed"], 0) << lv.dump();
     EXPECT_NE(slurp(dir + "/report.md").find(c.flags), std::string::npos) << c.flags;
+    EXPECT_TRUE(s["top_logprobs"].is_null());
+  }
+}
+
+// --logprobs N: the requests ask for logprobs, greedy or sampled, every
+// level still completes, and the conditions say how many alternatives.
+TEST(CliBench, LogprobsAreInTheConditions) {
+  for (const std::string flags : {"--logprobs 5", "--temp 0.8 --top-k 0 --logprobs 0"}) {
+    const std::string dir = tmp_path("bench_cli_logprobs");
+    std::filesystem::remove_all(dir);
+    auto r = run_cli("bench -m " + tiny_model() + " --ctx 64 -n 4 -r 1 -t 2 " + flags +
+                     " --concurrency 2 --conc-prompt 16 --conc-requests 1 --poisson-requests 1 "
+                     "--rate 100 --bw-mib 64 --bw-reps 1 --quality off -o " +
+                     dir);
+    ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.err;
+    const json j = json::parse(slurp(dir + "/report.json"));
+    EXPECT_EQ(j["conditions"]["sampler"]["top_logprobs"], flags == "--logprobs 5" ? 5 : 0);
+    for (const auto& lv : j["concurrency"]["levels"]) EXPECT_EQ(lv["failed"], 0) << lv.dump();
   }
 }
 
@@ -500,6 +518,7 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"-m " + tiny_model() + " --ctx 64 --ablate layout=diagonal", "layout must be tiled or rows"},
       {"-m " + tiny_model() + " --ctx 64 --ablate repack=yes", "repack must be on or off"},
       {"-m " + tiny_model() + " --ctx 64 --ablate sampling=parallel", "sampling must be pool"},
+      {"-m " + tiny_model() + " --ctx 64 --logprobs 21", "--logprobs"},
       {"-m " + tiny_model() + " --ctx 64 --ablate spec=mtp,mtp_depth=17", "mtp_depth=17"},
       {"-m " + tiny_model() + " --ctx 64 --kv-layout diagonal", "--kv-layout"},
       {"-m " + tiny_model() + " --ctx 64 -n 1", "-n 1"},

@@ -243,6 +243,29 @@ TEST(HttpTarget, AChainIsSentAsGiven) {
   EXPECT_EQ(bodies[0]["top_k"], 0);
   EXPECT_FLOAT_EQ(bodies[0]["top_p"].get<float>(), 0.9f);
   EXPECT_FLOAT_EQ(bodies[0]["min_p"].get<float>(), 0.0f);
+  EXPECT_FALSE(bodies[0].contains("logprobs"));
+}
+
+// --logprobs N: completions' `logprobs` (the number of alternatives), greedy
+// or sampled.
+TEST(HttpTarget, LogprobsAreAskedFor) {
+  FakeServer fake;
+  HttpTargetOptions o;
+  o.url = fake.url();
+  o.prompt_words = 8;
+  o.chain.top_logprobs = 3;
+  auto t = HttpTarget::create(o);
+  ASSERT_TRUE(t) << t.status().message();
+  ASSERT_TRUE((*t)->run(0, BenchClock::now()).ok) << (*t)->last_error();
+  o.chain.top_logprobs = 0;
+  o.chain.temperature = 0.8f;
+  auto t0 = HttpTarget::create(o);
+  ASSERT_TRUE(t0) << t0.status().message();
+  ASSERT_TRUE((*t0)->run(1, BenchClock::now()).ok) << (*t0)->last_error();
+  const auto bodies = fake.bodies();
+  ASSERT_EQ(bodies.size(), 2u);
+  EXPECT_EQ(bodies[0]["logprobs"], 3);
+  EXPECT_EQ(bodies[1]["logprobs"], 0);
 }
 
 TEST(HttpTarget, LadderOverHttp) {
