@@ -520,11 +520,38 @@ void Scheduler::gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& 
 // The forward ran over [last, d_1..d_k] with logits rows 0..k. Row r is
 // sampled exactly as a non-speculative step would; while the sample equals
 // d_{r+1} the draft's K/V stays valid and the next row is sampled too; the
-// first disagreement (or the bonus row k) ends the step. Rejected positions
-// leave the page table; a hybrid's state goes back to before the step and
-// re-absorbs only the accepted tokens.
-void Scheduler::verify(Seq& s, const float* rows, int32_t backup, const RecurrentRecord* rec) {
+// first disagreement (or the bonus row k) ends the step. Drawing (here)
+// touches only the sequence's sampler, so sequences draw at once; what was
+// drawn is applied after (apply_verify). Rejected positions leave the page
+// table; a hybrid's state goes back to before the step and re-absorbs only
+// the accepted tokens.
+void Scheduler::draw_verify(PendingVerify& v, LogprobScratch& sc) {
+  const Seq& s = *v.s;
   const int64_t n_vocab = engine.model_->config().n_vocab;
+  const int64_t k = static_cast<int64_t>(s.draft.tokens.size());
+  const Request& req = s.st->req;
+  v.evs.clear();
+  for (int64_t r = 0; r <= k; ++r) {
+    const bool drafted = r < k;
+    const auto ri = static_cast<size_t>(r);
+    const float* row = v.rows + r * n_vocab;
+    const int32_t id = drafted && !s.draft.q.empty()
+                           ? sample(*v.s, row, s.draft.tokens[ri], s.draft.q[ri])
+                           : sample(*v.s, row);
+    v.evs.push_back(describe(s, row, id, sc));
+    if (!drafted || id != s.draft.tokens[ri]) break;
+    // What ends the request in emit() ends the draw: an end of generation,
+    // or the length limit once this token is out.
+    const auto out = static_cast<int64_t>(v.evs.size());
+    if (!req.ignore_eos && engine.tok_->is_eog(id)) break;
+    if (s.n_generated + out >= s.max_new ||
+        static_cast<int64_t>(s.tokens.size()) + out >= cfg().n_ctx)
+      break;
+  }
+}
+
+void Scheduler::apply_verify(PendingVerify& v) {
+  Seq& s = *v.s;
   const int64_t base = s.n_computed, k = static_cast<int64_t>(s.draft.tokens.size());
   s.n_computed = base + 1;  // the last token's K/V is in
   int64_t accepted = 0;
@@ -532,24 +559,21 @@ void Scheduler::verify(Seq& s, const float* rows, int32_t backup, const Recurren
   // request finishes it inside emit(), and its usage must hold this step.
   ++s.spec_steps;
   s.spec_drafted += k;
-  for (int64_t r = 0; r <= k; ++r) {
-    const bool drafted = r < k;
-    const auto ri = static_cast<size_t>(r);
-    if (drafted && ri < st.spec_drafted_at.size()) ++st.spec_drafted_at[ri];
-    const float* row = rows + r * n_vocab;
-    const int32_t id = drafted && !s.draft.q.empty()
-                           ? sample(s, row, s.draft.tokens[ri], s.draft.q[ri])
-                           : sample(s, row);
-    const bool hit = drafted && id == s.draft.tokens[ri];
+  for (size_t r = 0; r < v.evs.size(); ++r) {
+    const bool drafted = static_cast<int64_t>(r) < k;
+    if (drafted && r < st.spec_drafted_at.size()) ++st.spec_drafted_at[r];
+    const bool hit = drafted && v.evs[r].id == s.draft.tokens[r];
     if (hit) {
-      if (ri < st.spec_accepted_at.size()) ++st.spec_accepted_at[ri];
+      if (r < st.spec_accepted_at.size()) ++st.spec_accepted_at[r];
       ++accepted;
       ++s.spec_accepted;
     }
-    emit(s, describe(s, row, id, lp_slots[0]));
+    emit(s, std::move(v.evs[r]));
     if (s.done || !hit) break;
     ++s.n_computed;
   }
+  const int32_t backup = v.backup;
+  const RecurrentRecord* rec = v.rec;
   // Positions reached: up to and including the first rejection (none past
   // a finish).
   const int64_t reached = std::min<int64_t>(k, accepted + (s.done ? 0 : 1));
@@ -649,23 +673,31 @@ Status Scheduler::reserve_or_preempt(Seq& s, int64_t n, bool* self_preempted) {
 }
 
 void Scheduler::sample_pending() {
-  const size_t n = pending.size();
+  // Verify chains first: they are the longer items (up to k + 1 rows).
+  const size_t nv = verifying.size(), n = nv + pending.size();
+  auto draw = [&](size_t i, LogprobScratch& sc) {
+    if (i < nv) return draw_verify(verifying[i], sc);
+    PendingSample& p = pending[i - nv];
+    p.ev = describe(*p.s, p.row, sample(*p.s, p.row), sc);
+  };
   if (n > 1 && cfg().pool_sampling && pool->size() > 1) {
     // Each sequence's sampler is its own (RNG, history, scratch, grammar
-    // state; a grammar's shared masks lock), so rows sample independently.
+    // state; a grammar's shared masks lock), so sequences sample
+    // independently; a sequence's verify rows stay in order on one thread.
     // With eight streams drawing from 49,152 logits at a temperature this
-    // was 0.4-1 ms of serial work between steps on the engine thread.
+    // was 0.4-1 ms of serial work between steps on the engine thread, and
+    // a verify row at a temperature costs about as much as a plain one.
     pool->parallel_for_dynamic(n, 1, [&](size_t b, size_t e, int slot) {
-      for (size_t i = b; i < e; ++i) {
-        PendingSample& p = pending[i];
-        p.ev = describe(*p.s, p.row, sample(*p.s, p.row), lp_slots[static_cast<size_t>(slot)]);
-      }
+      for (size_t i = b; i < e; ++i) draw(i, lp_slots[static_cast<size_t>(slot)]);
     });
-    st.pool_sampled_tokens += n;
+    st.pool_sampled_tokens += pending.size();
+    for (const PendingVerify& v : verifying) st.pool_sampled_tokens += v.evs.size();
   } else {
-    for (PendingSample& p : pending) p.ev = describe(*p.s, p.row, sample(*p.s, p.row), lp_slots[0]);
+    for (size_t i = 0; i < n; ++i) draw(i, lp_slots[0]);
   }
+  for (PendingVerify& v : verifying) apply_verify(v);
   for (PendingSample& p : pending) emit(*p.s, std::move(p.ev));
+  verifying.clear();
   pending.clear();
 }
 
@@ -1004,8 +1036,12 @@ bool Scheduler::step() {
       Seq* s = seqs[i];
       if (!s->draft.tokens.empty()) {
         const size_t k = s->draft.tokens.size();
-        verify(*s, logits.data() + row * static_cast<size_t>(n_vocab), backups[i],
-               record_of[i] >= 0 ? &records[static_cast<size_t>(record_of[i])] : nullptr);
+        verifying.push_back(
+            {s,
+             logits.data() + row * static_cast<size_t>(n_vocab),
+             backups[i],
+             record_of[i] >= 0 ? &records[static_cast<size_t>(record_of[i])] : nullptr,
+             {}});
         row += k + 1;
         s->step_tokens = 0;
         continue;

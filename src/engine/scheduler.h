@@ -89,8 +89,10 @@ struct Engine::Impl {
   // so different sequences may sample at once.
   int32_t sample(Seq& s, const float* row, int32_t draft = -1,
                  std::span<const sampling::TokenProb> q = {});
-  // Samples every row in `pending` (over the pool with cfg().pool_sampling
-  // and more than one) and then emits them in order.
+  // Samples every row of the step: each drafting sequence's verify rows
+  // (`verifying`) and each plain row (`pending`), the sequences at once
+  // over the pool with cfg().pool_sampling and more than one of them; then
+  // applies the verified drafts and emits the plain rows, in order.
   void sample_pending();
   // Scratch of describe(), one per pool slot.
   struct LogprobScratch {
@@ -121,7 +123,23 @@ struct Engine::Impl {
   void gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& jobs,
             const std::vector<Seq*>& job_seq);
   void forget_drafts(const Seq& s);
-  void verify(Seq& s, const float* rows, int32_t backup, const RecurrentRecord* rec);
+  // A drafting sequence's verify step: its logits rows (one per drafted
+  // token plus the bonus), the state backup and DeltaNet record of a
+  // hybrid, and (after draw_verify) the tokens drawn, described.
+  struct PendingVerify {
+    Seq* s;
+    const float* rows;
+    int32_t backup;
+    const RecurrentRecord* rec;
+    std::vector<TokenEvent> evs;
+  };
+  // Samples v's rows in order while each equals its drafted token, up to
+  // and including the first that does not, the bonus row, or a token that
+  // ends the request as emit() would. Touches only v.s's sampler and sc.
+  void draw_verify(PendingVerify& v, LogprobScratch& sc);
+  // Emits what draw_verify drew, counts acceptance, and takes the rejected
+  // positions out of the page table (a hybrid's state rebuilt).
+  void apply_verify(PendingVerify& v);
   // One forward of batch `b` (logits and the target's hidden rows where
   // not null), on every rank when the engine runs over ranks: the step, the
   // page copies and state changes since the last one go to the followers
@@ -159,6 +177,7 @@ struct Engine::Impl {
     TokenEvent ev;
   };
   std::vector<PendingSample> pending;
+  std::vector<PendingVerify> verifying;
 
   std::shared_ptr<detail::Waker> waker = std::make_shared<detail::Waker>();
   std::thread thread;

@@ -299,6 +299,72 @@ TEST(EngineDraft, SamplingDistributionUnchangedAndALiarIsCaught) {
   EXPECT_FALSE(same_distribution(a, l, "plain vs a proposer lying about q"));
 }
 
+// Eight seeded requests at a temperature, drafted by the Q4_K_M copy and
+// verified by rejection sampling, four at a time: a step's verify rows
+// drawn over the pool (each sequence's rows in order on one thread) give
+// every token, logprob, finish and acceptance count that drawing them one
+// sequence after another gives, and the pooled run did draw verify rows at
+// once. Batch invariant, so what the draft proposes and the target
+// computes does not depend on which requests share a step.
+TEST(EngineDraft, VerifyRowsDrawnOverThePoolAreWhatSerialDraws) {
+  SUSTAIN_REQUIRE_REF();
+  constexpr int kRequests = 8;
+  auto run = [&](bool pooled, EngineStats* st) {
+    EngineConfig c = config(true, 4, 4);
+    c.pool_sampling = pooled;
+    c.batch_invariant = true;
+    auto e = make(c);
+    std::vector<Event> got;
+    if (!e) return got;
+    const auto ps = prompts(*e);
+    std::vector<Request> reqs;
+    for (int i = 0; i < kRequests; ++i) {
+      Request r;
+      r.prompt = ps[static_cast<size_t>(i) % ps.size()];
+      r.max_tokens = 40;
+      r.sampling.temperature = 0.6f + 0.1f * static_cast<float>(i % 3);
+      r.sampling.seed = 700 + static_cast<uint64_t>(i);
+      // A temperature alone, top_p, and the default chain (top_k 40).
+      if (i % 3 != 2) r.sampling.top_k = 0, r.sampling.min_p = 0.0f;
+      if (i % 3 == 0) r.sampling.top_p = 1.0f;
+      if (i % 2) r.top_logprobs = 3, r.logprobs = true;
+      reqs.push_back(r);
+    }
+    got = run_all(*e, reqs);
+    *st = e->stats();
+    return got;
+  };
+  EngineStats sp, ss;
+  const auto a = run(true, &sp), b = run(false, &ss);
+  ASSERT_EQ(a.size(), size_t{kRequests});
+  ASSERT_EQ(b.size(), size_t{kRequests});
+  for (int i = 0; i < kRequests; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(ids(a[i]), ids(b[i]));
+    EXPECT_EQ(a[i].finish, b[i].finish);
+    EXPECT_EQ(a[i].usage.spec_drafted, b[i].usage.spec_drafted);
+    EXPECT_EQ(a[i].usage.spec_accepted, b[i].usage.spec_accepted);
+    EXPECT_EQ(a[i].usage.spec_steps, b[i].usage.spec_steps);
+    ASSERT_EQ(a[i].tokens.size(), b[i].tokens.size());
+    for (size_t t = 0; t < a[i].tokens.size(); ++t) {
+      EXPECT_EQ(a[i].tokens[t].logprob, b[i].tokens[t].logprob) << "token " << t;
+      ASSERT_EQ(a[i].tokens[t].top.size(), b[i].tokens[t].top.size());
+      for (size_t j = 0; j < a[i].tokens[t].top.size(); ++j)
+        EXPECT_EQ(a[i].tokens[t].top[j].id, b[i].tokens[t].top[j].id);
+    }
+  }
+  EXPECT_EQ(sp.spec_accepted_tokens, ss.spec_accepted_tokens);
+  EXPECT_GT(sp.spec_accepted_tokens, 0u);
+  EXPECT_LT(sp.spec_accepted_tokens, sp.spec_draft_tokens);  // rejections: residual draws
+  // Nearly every token came from a verify step of several sequences; only
+  // the first tokens and the last request's steps alone are not pooled.
+  EXPECT_GT(sp.pool_sampled_tokens, sp.generated_tokens / 2)
+      << sp.pool_sampled_tokens << " of " << sp.generated_tokens;
+  EXPECT_EQ(ss.pool_sampled_tokens, 0u);
+  EXPECT_EQ(sp.kv_pages_used, 0);
+  EXPECT_EQ(sp.draft_kv_pages_used, 0);
+}
+
 TEST(EngineDraft, OtherVocabularyAndRecurrentDraftsAreRefused) {
   SUSTAIN_REQUIRE_REF();
   EngineConfig c = config(true, 1);
