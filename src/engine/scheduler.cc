@@ -75,6 +75,7 @@ Expected<std::unique_ptr<spec::DraftModelProposer>> load_draft_model(Engine& e,
   o.n_seqs = c.n_parallel;
   o.ubatch_tokens = std::min(c.batch_tokens, c.ubatch_tokens);
   o.p_min = c.spec.draft_p_min;
+  o.pool_sampling = c.pool_sampling;
   auto d = spec::DraftModelProposer::create(std::move(*m), o, pool);
   if (!d) return error(d.status().code(), "--draft-model {}: {}", path, d.status().message());
   return d;
@@ -128,6 +129,7 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(Engine& e, const kv::KvGe
       o.p_min = c.spec.draft_p_min;
       o.depth = c.spec.mtp_depth;
       o.prefix_cache = c.prefix_cache;
+      o.pool_sampling = c.pool_sampling;
       // Over a tensor split, the whole model beside rank 0's cut (api.h).
       const Model& whole = e.mtp_model_ ? *e.mtp_model_ : *e.model_;
       SUSTAIN_ASSIGN_OR_RETURN(auto m, spec::MtpProposer::create(whole, o, *s->pool));

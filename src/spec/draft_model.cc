@@ -39,8 +39,15 @@ void DraftModelProposer::forget(uint64_t seq) {
   seqs_.erase(it);
 }
 
-bool DraftModelProposer::draw(Job& j, SeqState& s, const float* row) {
-  return draw_token(*s.sampler, row, model_->config().n_vocab, opt_.p_min, *j.out, probs_);
+void DraftModelProposer::draw_rows(std::span<Job> live, std::span<SeqState*> st,
+                                   const std::vector<size_t>& idx, std::vector<char>& keep) {
+  const int64_t n_vocab = model_->config().n_vocab;
+  draws_.clear();
+  for (size_t r = 0; r < idx.size(); ++r)
+    draws_.push_back({&*st[idx[r]]->sampler, logits_.data() + r * n_vocab, live[idx[r]].out});
+  draw_tokens(draws_, n_vocab, opt_.p_min, pool_, opt_.pool_sampling, probs_);
+  keep.resize(idx.size());
+  for (size_t r = 0; r < idx.size(); ++r) keep[r] = draws_[r].drafted;
 }
 
 bool DraftModelProposer::catch_up(std::span<Job> jobs, std::span<SeqState*> st) {
@@ -126,10 +133,13 @@ void DraftModelProposer::propose_batch(std::span<Job> jobs) {
     for (const Job& j : live) forget(j.seq);
     return;
   }
-  const int64_t n_vocab = model_->config().n_vocab;
-  std::vector<size_t> active;
+  std::vector<size_t> active(live.size());
+  for (size_t i = 0; i < live.size(); ++i) active[i] = i;
+  std::vector<char> keep;
+  draw_rows(live, st, active, keep);
+  active.clear();
   for (size_t i = 0; i < live.size(); ++i)
-    if (draw(live[i], *st[i], logits_.data() + i * n_vocab) && live[i].k > 1) active.push_back(i);
+    if (keep[i] && live[i].k > 1) active.push_back(i);
   // One forward per further position over the sequences still drafting.
   while (!active.empty()) {
     batch_.tokens.clear();
@@ -147,13 +157,12 @@ void DraftModelProposer::propose_batch(std::span<Job> jobs) {
       }
       return;
     }
+    for (size_t i : active) st[i]->computed.push_back(live[i].out->tokens.back());
+    draw_rows(live, st, active, keep);
     std::vector<size_t> next;
     for (size_t r = 0; r < active.size(); ++r) {
       const size_t i = active[r];
-      st[i]->computed.push_back(live[i].out->tokens.back());
-      if (draw(live[i], *st[i], logits_.data() + r * n_vocab) &&
-          static_cast<int>(live[i].out->tokens.size()) < live[i].k)
-        next.push_back(i);
+      if (keep[r] && static_cast<int>(live[i].out->tokens.size()) < live[i].k) next.push_back(i);
     }
     active.swap(next);
   }

@@ -28,6 +28,7 @@
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "spec/draw.h"
 #include "spec/proposer.h"
 
 namespace sustain::spec {
@@ -39,6 +40,9 @@ struct DraftModelOptions {
   int n_seqs = 1;             // sequences drafted for at once (sizes a sliding-window pool)
   int64_t ubatch_tokens = 512;
   float p_min = 0.0f;         // stop drafting below this top probability (temperature 1)
+  // A drafted position's sequences draw their tokens at once over the pool
+  // (each sequence's sampler is its own); false: one after another.
+  bool pool_sampling = true;
 };
 
 class DraftModelProposer final : public Proposer {
@@ -73,9 +77,11 @@ class DraftModelProposer final : public Proposer {
   // Feeds every job's tokens the draft has not computed yet; leaves one
   // logits row per job in logits_. false: the forward failed (no drafts).
   bool catch_up(std::span<Job> jobs, std::span<SeqState*> st);
-  // Samples the next draft token of job j from logits row `row`; false
-  // when the draft stops there (p_min).
-  bool draw(Job& j, SeqState& s, const float* row);
+  // Draws the next token of live[idx[r]] from logits row r for every r
+  // (spec/draw.h: over the pool where there are several); keep[r]: it
+  // drafts on (p_min).
+  void draw_rows(std::span<Job> live, std::span<SeqState*> st, const std::vector<size_t>& idx,
+                 std::vector<char>& keep);
   // The tokens the draft reads for `tokens`: themselves, or for a sequence
   // with images the text without them (kept up to date in `s`).
   std::span<const int32_t> text_view(SeqState& s, std::span<const int32_t> tokens);
@@ -87,7 +93,8 @@ class DraftModelProposer final : public Proposer {
   Workspace ws_;
   Batch batch_;
   std::vector<float> logits_;
-  std::vector<sampling::TokenProb> probs_;
+  std::vector<std::vector<sampling::TokenProb>> probs_;  // draw scratch, one per pool slot
+  std::vector<DrawItem> draws_;
   std::unordered_map<uint64_t, SeqState> seqs_;
 };
 

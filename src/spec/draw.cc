@@ -40,4 +40,20 @@ bool draw_token(sampling::Sampler& sampler, const float* row, int64_t n_vocab, f
   return true;
 }
 
+void draw_tokens(std::span<DrawItem> items, int64_t n_vocab, float p_min, ThreadPool& pool,
+                 bool pooled, std::vector<std::vector<sampling::TokenProb>>& scratch) {
+  scratch.resize(static_cast<size_t>(pool.size()));
+  auto one = [&](DrawItem& it, int slot) {
+    it.drafted = draw_token(*it.sampler, it.row, n_vocab, p_min, *it.out,
+                            scratch[static_cast<size_t>(slot)]);
+  };
+  if (items.size() > 1 && pooled && pool.size() > 1) {
+    pool.parallel_for_dynamic(items.size(), 1, [&](size_t b, size_t e, int slot) {
+      for (size_t i = b; i < e; ++i) one(items[i], slot);
+    });
+  } else {
+    for (DrawItem& it : items) one(it, 0);
+  }
+}
+
 }  // namespace sustain::spec

@@ -256,17 +256,25 @@ void MtpProposer::propose_batch(std::span<Job> jobs) {
       drafting.push_back(&it->second);
   }
   ensure_logits(drafting);
-  // The jobs whose draft goes on past the first token.
-  std::vector<std::pair<Job*, SeqState*>> chain;
+  // The first token of every job whose head ran, drawn at once.
+  std::vector<std::pair<Job*, SeqState*>> first;
+  draws_.clear();
   for (Job& j : jobs) {
     auto it = seqs_.find(j.seq);
     if (it == seqs_.end() || j.k < 1 || j.tokens.empty()) continue;
     SeqState& s = it->second;
     if (s.logits_pos != static_cast<int64_t>(j.tokens.size()) - 1) continue;
     if (!s.sampler) s.sampler.emplace(draft_sampling(*j.sampling));
-    if (draw_token(*s.sampler, s.logits.data(), n_vocab, opt_.p_min, *j.out, probs_) &&
-        std::min(j.k, opt_.depth) > 1 && s.h_out.size() == d)
-      chain.emplace_back(&j, &s);
+    first.emplace_back(&j, &s);
+    draws_.push_back({&*s.sampler, s.logits.data(), j.out});
+  }
+  draw_tokens(draws_, n_vocab, opt_.p_min, pool_, opt_.pool_sampling, probs_);
+  // The jobs whose draft goes on past the first token.
+  std::vector<std::pair<Job*, SeqState*>> chain;
+  for (size_t i = 0; i < first.size(); ++i) {
+    auto [j, s] = first[i];
+    if (draws_[i].drafted && std::min(j->k, opt_.depth) > 1 && s->h_out.size() == d)
+      chain.push_back(first[i]);
   }
   if (chain.empty()) return;
   // Chained passes: entry i + 1 of each sequence takes its last draft and
@@ -302,16 +310,19 @@ void MtpProposer::propose_batch(std::span<Job> jobs) {
     logits_.resize(ran.size() * static_cast<size_t>(n_vocab));
     if (!model_.forward_mtp(batch_, h_prev_.data(), *cache_, ws_, pool_, logits_.data()).is_ok())
       break;  // the drafts made so far stand
+    draws_.clear();
     for (size_t r = 0; r < ran.size(); ++r) {
       const size_t c = ran[r];
-      Job& j = *chain[c].first;
-      SeqState& s = *chain[c].second;
       std::copy_n(ws_.logits_in.begin() + static_cast<std::ptrdiff_t>(r * d), d,
                   h_next.begin() + static_cast<std::ptrdiff_t>(c * d));
-      if (draw_token(*s.sampler, logits_.data() + r * static_cast<size_t>(n_vocab), n_vocab,
-                     opt_.p_min, *j.out, probs_) &&
-          static_cast<int>(j.out->tokens.size()) < std::min(j.k, opt_.depth))
-        live.push_back(c);
+      draws_.push_back({&*chain[c].second->sampler,
+                        logits_.data() + r * static_cast<size_t>(n_vocab), chain[c].first->out});
+    }
+    draw_tokens(draws_, n_vocab, opt_.p_min, pool_, opt_.pool_sampling, probs_);
+    for (size_t r = 0; r < ran.size(); ++r) {
+      const Job& j = *chain[ran[r]].first;
+      if (draws_[r].drafted && static_cast<int>(j.out->tokens.size()) < std::min(j.k, opt_.depth))
+        live.push_back(ran[r]);
     }
   }
   // Only verified tokens stay in the block's KV.

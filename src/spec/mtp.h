@@ -52,6 +52,7 @@
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
 #include "model/model.h"
+#include "spec/draw.h"
 #include "spec/proposer.h"
 
 namespace sustain::spec {
@@ -68,6 +69,8 @@ struct MtpOptions {
   // The block's own KV (-ctkd / -ctvd, as a draft model's): any format the
   // target's cache takes whose block divides the block's head dimension.
   QType k_type = QType::F16, v_type = QType::F16;
+  // The sequences' draws of a pass at once over the pool (spec/draw.h).
+  bool pool_sampling = true;
 };
 
 class MtpProposer final : public Proposer {
@@ -150,7 +153,8 @@ class MtpProposer final : public Proposer {
   Workspace ws_;
   Batch batch_;
   std::vector<float> h_prev_, logits_, x_rows_, normed_;
-  std::vector<sampling::TokenProb> probs_;
+  std::vector<std::vector<sampling::TokenProb>> probs_;  // draw scratch, one per pool slot
+  std::vector<DrawItem> draws_;
   std::unordered_map<uint64_t, SeqState> seqs_;
 };
 

@@ -388,6 +388,66 @@ TEST(MtpProposer, EngineGreedyOutputIsUnchanged) {
   }
 }
 
+// At a temperature, three requests drafting three chained tokens a step:
+// the block's draws and the verify rows drawn over the pool (each
+// sequence's own sampler) give the tokens and acceptance counts that
+// drawing them one sequence after another gives. Batch invariant, so the
+// block and the target compute the same rows whichever requests share a
+// step.
+TEST(MtpProposer, PooledDrawsAreWhatSerialDrawsAtATemperature) {
+  SUSTAIN_REQUIRE_REF();
+  const RefData ref = read_ref("tiny-qwen35-f32.p2_medium.kvf16.mtp");
+  std::vector<std::vector<int32_t>> outs[2];
+  std::vector<int64_t> accepted[2];
+  for (int pooled = 0; pooled < 2; ++pooled) {
+    engine::EngineConfig c;
+    c.model_path = ref_path("models/tiny-qwen35-f32.gguf");
+    c.n_threads = 2;
+    c.n_ctx = 512;
+    c.n_parallel = 3;
+    c.spec.types = {"mtp"};
+    c.spec.mtp_depth = 3;
+    c.spec.gate = false;
+    c.pool_sampling = pooled == 1;
+    c.batch_invariant = true;
+    auto e = engine::Engine::create(c);
+    ASSERT_TRUE(e.has_value()) << e.status().message();
+    std::vector<engine::Stream> streams;
+    for (int r = 0; r < 3; ++r) {
+      engine::Request q;
+      q.prompt.assign(ref.tokens.begin(), ref.tokens.end() - r * 5);
+      q.max_tokens = 30;
+      q.ignore_eos = true;
+      q.sampling.temperature = 0.9f;
+      q.sampling.top_k = 0;
+      q.sampling.min_p = 0.0f;
+      q.sampling.seed = 40 + static_cast<uint64_t>(r);
+      auto s = (*e)->submit(q);
+      ASSERT_TRUE(s.has_value()) << s.status().message();
+      streams.push_back(std::move(*s));
+    }
+    for (auto& s : streams) {
+      engine::Event ev = s.wait();
+      ASSERT_EQ(ev.finish, engine::Finish::kLength) << ev.error.message();
+      std::vector<int32_t> ids;
+      for (const auto& t : ev.tokens) ids.push_back(t.id);
+      outs[pooled].push_back(ids);
+      accepted[pooled].push_back(ev.usage.spec_accepted);
+    }
+    const engine::EngineStats st = (*e)->stats();
+    EXPECT_GT(st.spec_draft_tokens, 2 * st.spec_steps);
+    if (pooled) {
+      EXPECT_GT(st.pool_sampled_tokens, st.generated_tokens / 2);
+    } else {
+      EXPECT_EQ(st.pool_sampled_tokens, 0u);
+    }
+  }
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(outs[0][r], outs[1][r]) << "request " << r;
+    EXPECT_EQ(accepted[0][r], accepted[1][r]) << "request " << r;
+  }
+}
+
 // The block itself: fed image keys with rows equal to the lookups they
 // replace, its logits are those of the text, bit for bit; fed other rows,
 // they differ (the rows are what it reads).
