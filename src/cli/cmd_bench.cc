@@ -450,7 +450,8 @@ Runner add_bench(CLI::App& app) {
       "--ablate", a->ablate,
       "ablation row switching one thing on top of the row above, key=value[,...] "
       "with keys ctk, ctv, kv, layout (tiled|rows), prefix, batch, ubatch, threads, repack "
-      "(on|off: --repack), sampling (pool|serial: a step's streams sampled over the threads "
+      "(on|off: --repack), sampling (pool|serial: a step's streams, verify rows and draft draws "
+      "sampled over the threads "
       "or one after another; also runs the concurrency levels), model, "
       "spec (off|ngram|draft|mtp|oracle:ALPHA; an oracle is for measurement only: it drafts "
       "the greedy continuation the rung's first run made, each token wrong with probability "
