@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <utility>
 
 #include "hwy/highway.h"
@@ -242,14 +243,88 @@ inline void group_dot_q4k(const uint8_t* group, int64_t nsb, const uint8_t* cons
     const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
     const __m512i s0 = _mm512_loadu_si512(gb + 64), s1 = _mm512_loadu_si512(gb + 128),
                   s2 = _mm512_loadu_si512(gb + 192);
-    const __m512i sc[8] = {field6<0>(s0),
-                           field6<8>(s0),
-                           field6<16>(s0),
-                           field6<24>(s0),
-                           field_hi<0, 6>(s2, s0),
-                           field_hi<8, 14>(s2, s0),
-                           field_hi<16, 22>(s2, s0),
-                           field_hi<24, 30>(s2, s0)};
+    __m512i sum[NT];
+    for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_si512();
+    if constexpr (NT >= 4) {
+      // Four tokens or more: sub-block s (32 codes: the low nibbles of chunk
+      // j = s / 2 for even s, the high for odd) dotted with every token,
+      // token after token inside each code dword, so the NT chains are
+      // independent; then times its scale. The scales are unpacked where they
+      // are used and the mins after, which leaves the codes, the chains and
+      // the sums in registers (all unpacked at once, the sums of 8 tokens
+      // went through memory).
+      auto sub_block = [&](auto s_tag, const __m512i sc) {
+        constexpr int s = decltype(s_tag)::value;
+        constexpr int j = s / 2;
+        __m512i w[8];
+        for (int i = 0; i < 8; ++i) {
+          const __m512i n = _mm512_loadu_si512(gb + 64 * (4 + 8 * j + i));
+          w[i] =
+              s % 2 == 0 ? _mm512_and_si512(n, m4) : _mm512_and_si512(_mm512_srli_epi16(n, 4), m4);
+        }
+        __m512i acc[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_si512();
+        for (int i = 0; i < 8; ++i)
+          for (int t = 0; t < NT; ++t)
+            acc[t] = _mm512_dpbusd_epi32(acc[t], w[i],
+                                         bcast4(a[t][b].qs + 64 * j + 32 * (s % 2) + 4 * i));
+        for (int t = 0; t < NT; ++t)
+          sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(acc[t], sc));
+      };
+      using I0 = std::integral_constant<int, 0>;
+      using I1 = std::integral_constant<int, 1>;
+      using I2 = std::integral_constant<int, 2>;
+      using I3 = std::integral_constant<int, 3>;
+      using I4 = std::integral_constant<int, 4>;
+      using I5 = std::integral_constant<int, 5>;
+      using I6 = std::integral_constant<int, 6>;
+      using I7 = std::integral_constant<int, 7>;
+      sub_block(I0{}, field6<0>(s0));
+      sub_block(I1{}, field6<8>(s0));
+      sub_block(I2{}, field6<16>(s0));
+      sub_block(I3{}, field6<24>(s0));
+      sub_block(I4{}, field_hi<0, 6>(s2, s0));
+      sub_block(I5{}, field_hi<8, 14>(s2, s0));
+      sub_block(I6{}, field_hi<16, 22>(s2, s0));
+      sub_block(I7{}, field_hi<24, 30>(s2, s0));
+    } else {
+      // Fewer tokens: a chunk's 16 code vectors unpacked at once, each token
+      // dotted with them in two chains (four for one token: exact integers,
+      // so every token count computes the same sums).
+      const __m512i sc[8] = {field6<0>(s0),
+                             field6<8>(s0),
+                             field6<16>(s0),
+                             field6<24>(s0),
+                             field_hi<0, 6>(s2, s0),
+                             field_hi<8, 14>(s2, s0),
+                             field_hi<16, 22>(s2, s0),
+                             field_hi<24, 30>(s2, s0)};
+      constexpr int kChains = NT == 1 ? 2 : 1;
+      for (int j = 0; j < 4; ++j) {
+        __m512i lo[8], hi[8];
+        for (int i = 0; i < 8; ++i) {
+          const __m512i n = _mm512_loadu_si512(gb + 64 * (4 + 8 * j + i));
+          lo[i] = _mm512_and_si512(n, m4);
+          hi[i] = _mm512_and_si512(_mm512_srli_epi16(n, 4), m4);
+        }
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = a[t][b].qs + 64 * j;
+          __m512i al[kChains], ah[kChains];
+          for (int c = 0; c < kChains; ++c) al[c] = ah[c] = _mm512_setzero_si512();
+          for (int i = 0; i < 8; ++i) {
+            al[i % kChains] = _mm512_dpbusd_epi32(al[i % kChains], lo[i], bcast4(q + 4 * i));
+            ah[i % kChains] = _mm512_dpbusd_epi32(ah[i % kChains], hi[i], bcast4(q + 32 + 4 * i));
+          }
+          for (int c = 1; c < kChains; ++c) {
+            al[0] = _mm512_add_epi32(al[0], al[c]);
+            ah[0] = _mm512_add_epi32(ah[0], ah[c]);
+          }
+          sum[t] =
+              _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(al[0], sc[2 * j]),
+                                                        _mm512_mullo_epi32(ah[0], sc[2 * j + 1])));
+        }
+      }
+    }
     // Each min twice, as two int16 in a dword: one vpdpwssd with a dword
     // of the activations' 16-element sums adds m_s * (bsums[2s] + bsums[2s+1]).
     const __m512i mn[8] = {dup16(field6<0>(s1)),
@@ -260,36 +335,6 @@ inline void group_dot_q4k(const uint8_t* group, int64_t nsb, const uint8_t* cons
                            dup16(field_hi<12, 14>(s2, s1)),
                            dup16(field_hi<20, 22>(s2, s1)),
                            dup16(field_hi<28, 30>(s2, s1))};
-    __m512i sum[NT];
-    for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_si512();
-    // One token leaves two dpbusd chains per chunk too short to hide their
-    // latency: then each runs as two (exact integers: every token count
-    // computes the same sums).
-    constexpr int kChains = NT == 1 ? 2 : 1;
-    for (int j = 0; j < 4; ++j) {
-      __m512i lo[8], hi[8];
-      for (int i = 0; i < 8; ++i) {
-        const __m512i n = _mm512_loadu_si512(gb + 64 * (4 + 8 * j + i));
-        lo[i] = _mm512_and_si512(n, m4);
-        hi[i] = _mm512_and_si512(_mm512_srli_epi16(n, 4), m4);
-      }
-      for (int t = 0; t < NT; ++t) {
-        const int8_t* q = a[t][b].qs + 64 * j;
-        __m512i al[kChains], ah[kChains];
-        for (int c = 0; c < kChains; ++c) al[c] = ah[c] = _mm512_setzero_si512();
-        for (int i = 0; i < 8; ++i) {
-          al[i % kChains] = _mm512_dpbusd_epi32(al[i % kChains], lo[i], bcast4(q + 4 * i));
-          ah[i % kChains] = _mm512_dpbusd_epi32(ah[i % kChains], hi[i], bcast4(q + 32 + 4 * i));
-        }
-        for (int c = 1; c < kChains; ++c) {
-          al[0] = _mm512_add_epi32(al[0], al[c]);
-          ah[0] = _mm512_add_epi32(ah[0], ah[c]);
-        }
-        sum[t] =
-            _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(al[0], sc[2 * j]),
-                                                      _mm512_mullo_epi32(ah[0], sc[2 * j + 1])));
-      }
-    }
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& q = a[t][b];
       __m512i ms = _mm512_setzero_si512();
