@@ -7,6 +7,7 @@
 // no page left behind.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <optional>
 
 #include <fmt/format.h>
@@ -72,8 +73,12 @@ std::vector<std::vector<float>> feed(spec::MtpProposer& p, const std::vector<int
   int64_t computed = from;  // positions whose hidden state was handed over
   for (int64_t last : cuts) {
     // Tokens 0..last are known; the target computed 0..last-1.
-    spec::Observed o{7, std::span<const int32_t>(tokens.data(), size_t(last + 1)), computed,
-                     last - computed, h.data() + computed * d, {}};
+    spec::Observed o{7,
+                     std::span<const int32_t>(tokens.data(), size_t(last + 1)),
+                     computed,
+                     last - computed,
+                     h.data() + computed * d,
+                     {}};
     p.observe(std::span<const spec::Observed>(&o, 1));
     computed = last;
     int64_t pos = -1;
@@ -312,6 +317,39 @@ TEST(MtpProposer, AModelWithoutAnMtpBlockIsRefused) {
       << p.status().message();
 }
 
+// An engine on the tiny hybrid with its MTP block drafting up to `depth`
+// tokens every step (depth 0: no speculation), three requests at a time.
+engine::EngineConfig mtp_engine(int depth) {
+  engine::EngineConfig c;
+  c.model_path = ref_path("models/tiny-qwen35-f32.gguf");
+  c.n_threads = 2;
+  c.n_ctx = 512;
+  c.n_parallel = 3;
+  if (depth > 0) c.spec.types = {"mtp"};
+  c.spec.mtp_depth = std::max(depth, 1);
+  c.spec.gate = false;  // drafts every step: the tests count them
+  return c;
+}
+
+// Three requests on the reference prompt cut 0, 5 and 10 tokens short
+// (`shape` sets the rest of each), submitted at once; their events.
+std::vector<engine::Event> run_three(engine::Engine& e, const RefData& ref,
+                                     const std::function<void(engine::Request&, int)>& shape) {
+  std::vector<engine::Stream> streams;
+  for (int r = 0; r < 3; ++r) {
+    engine::Request q;
+    q.prompt.assign(ref.tokens.begin(), ref.tokens.end() - r * 5);
+    q.ignore_eos = true;
+    shape(q, r);
+    auto s = e.submit(q);
+    EXPECT_TRUE(s.has_value()) << s.status().message();
+    if (s) streams.push_back(std::move(*s));
+  }
+  std::vector<engine::Event> out;
+  for (auto& s : streams) out.push_back(s.wait());
+  return out;
+}
+
 // Through the engine: greedy output is the same with and without --spec mtp
 // (the target decides every token), drafts are verified, and nothing leaks.
 TEST(MtpProposer, EngineGreedyOutputIsUnchanged) {
@@ -330,30 +368,16 @@ TEST(MtpProposer, EngineGreedyOutputIsUnchanged) {
        {Run{0, QType::F16}, Run{1, QType::F16}, Run{3, QType::F16}, Run{3, QType::Q4_0}}) {
     const int depth = run.depth;
     const bool spec = depth > 0;
-    engine::EngineConfig c;
-    c.model_path = ref_path("models/tiny-qwen35-f32.gguf");
-    c.n_threads = 2;
-    c.n_ctx = 512;
-    c.n_parallel = 3;
-    if (spec) c.spec.types = {"mtp"};
-    c.spec.mtp_depth = std::max(depth, 1);
-    c.spec.gate = false;  // drafts every step: the test counts them
+    engine::EngineConfig c = mtp_engine(depth);
     c.spec.draft_k_type = c.spec.draft_v_type = run.kv;
     auto e = engine::Engine::create(c);
     ASSERT_TRUE(e.has_value()) << e.status().message();
-    std::vector<engine::Stream> streams;
-    for (int r = 0; r < 3; ++r) {
-      engine::Request q;
-      q.prompt.assign(ref.tokens.begin(), ref.tokens.end() - r * 5);
+    const auto evs = run_three(**e, ref, [](engine::Request& q, int) {
       q.max_tokens = 40;
-      q.ignore_eos = true;
       q.sampling.temperature = 0;
-      auto s = (*e)->submit(q);
-      ASSERT_TRUE(s.has_value()) << s.status().message();
-      streams.push_back(std::move(*s));
-    }
-    for (auto& s : streams) {
-      engine::Event ev = s.wait();
+    });
+    ASSERT_EQ(evs.size(), 3u);
+    for (const engine::Event& ev : evs) {
       ASSERT_EQ(ev.finish, engine::Finish::kLength) << ev.error.message();
       std::vector<int32_t> ids;
       for (const auto& t : ev.tokens) ids.push_back(t.id);
@@ -400,34 +424,20 @@ TEST(MtpProposer, PooledDrawsAreWhatSerialDrawsAtATemperature) {
   std::vector<std::vector<int32_t>> outs[2];
   std::vector<int64_t> accepted[2];
   for (int pooled = 0; pooled < 2; ++pooled) {
-    engine::EngineConfig c;
-    c.model_path = ref_path("models/tiny-qwen35-f32.gguf");
-    c.n_threads = 2;
-    c.n_ctx = 512;
-    c.n_parallel = 3;
-    c.spec.types = {"mtp"};
-    c.spec.mtp_depth = 3;
-    c.spec.gate = false;
+    engine::EngineConfig c = mtp_engine(3);
     c.pool_sampling = pooled == 1;
     c.batch_invariant = true;
     auto e = engine::Engine::create(c);
     ASSERT_TRUE(e.has_value()) << e.status().message();
-    std::vector<engine::Stream> streams;
-    for (int r = 0; r < 3; ++r) {
-      engine::Request q;
-      q.prompt.assign(ref.tokens.begin(), ref.tokens.end() - r * 5);
+    const auto evs = run_three(**e, ref, [](engine::Request& q, int r) {
       q.max_tokens = 30;
-      q.ignore_eos = true;
       q.sampling.temperature = 0.9f;
       q.sampling.top_k = 0;
       q.sampling.min_p = 0.0f;
       q.sampling.seed = 40 + static_cast<uint64_t>(r);
-      auto s = (*e)->submit(q);
-      ASSERT_TRUE(s.has_value()) << s.status().message();
-      streams.push_back(std::move(*s));
-    }
-    for (auto& s : streams) {
-      engine::Event ev = s.wait();
+    });
+    ASSERT_EQ(evs.size(), 3u);
+    for (const engine::Event& ev : evs) {
       ASSERT_EQ(ev.finish, engine::Finish::kLength) << ev.error.message();
       std::vector<int32_t> ids;
       for (const auto& t : ev.tokens) ids.push_back(t.id);
@@ -489,7 +499,8 @@ TEST(MtpProposer, AnImageRowReplacesTheTokenLookup) {
   const std::vector<float> moved = last_logits(ids, other_rows);
   ASSERT_EQ(moved.size(), text.size());
   double diff = 0;
-  for (size_t i = 0; i < text.size(); ++i) diff = std::max(diff, double(std::abs(moved[i] - text[i])));
+  for (size_t i = 0; i < text.size(); ++i)
+    diff = std::max(diff, double(std::abs(moved[i] - text[i])));
   EXPECT_GT(diff, 1e-4) << "other rows, other logits";
 }
 
@@ -569,11 +580,12 @@ TEST(MtpProposer, ImagePositionsEnterTheBlockAsTheirRows) {
   EXPECT_EQ(img.st.spec_draft_tokens, text.st.spec_draft_tokens);
   EXPECT_EQ(img.st.spec_accepted_tokens, text.st.spec_accepted_tokens);
   EXPECT_EQ(img.st.draft_kv_pages_used, 0);
-  std::printf("[ measured ] mtp over an image prompt: %llu drafted, %llu accepted (text: %llu, %llu)\n",
-              static_cast<unsigned long long>(img.st.spec_draft_tokens),
-              static_cast<unsigned long long>(img.st.spec_accepted_tokens),
-              static_cast<unsigned long long>(text.st.spec_draft_tokens),
-              static_cast<unsigned long long>(text.st.spec_accepted_tokens));
+  std::printf(
+      "[ measured ] mtp over an image prompt: %llu drafted, %llu accepted (text: %llu, %llu)\n",
+      static_cast<unsigned long long>(img.st.spec_draft_tokens),
+      static_cast<unsigned long long>(img.st.spec_accepted_tokens),
+      static_cast<unsigned long long>(text.st.spec_draft_tokens),
+      static_cast<unsigned long long>(text.st.spec_accepted_tokens));
 }
 
 // A projector whose image tokens attend both ways (Gemma 3) cannot run on a
