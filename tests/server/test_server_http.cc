@@ -452,6 +452,58 @@ TEST(ServerHttp, DraftModelKeepsTheTextUnderConcurrency) {
   EXPECT_EQ(metric_value(m, "sustain_kv_pages_used"), 0) << m;
 }
 
+// Seeded clients at a temperature with a draft model, batch invariant: each
+// gets the text it gets alone when eight send at once, where a step's
+// verify rows and the draft's draws are drawn over the pool, several
+// sequences at once (alone they are drawn one at a time).
+TEST(ServerHttp, SeededDraftsAtATemperatureKeepTheirTextUnderConcurrency) {
+  SUSTAIN_REQUIRE_REF();
+  const std::string target = test::ref_path("models/aidreams260K-f32.gguf");
+  const std::string draft = test::ref_path("models/aidreams260K-Q4_K_M.gguf");
+  std::string srv_why;
+  auto srv = test::ServeProcess::start("-c 1024 -np 8 --batch-invariant --spec draft -md " + draft +
+                                           " --draft-max 4 --spec-gate off",
+                                       &srv_why, target);
+  ASSERT_TRUE(srv != nullptr) << srv_why;
+  auto c = srv->client();
+  std::vector<json> bodies;
+  for (int i = 0; i < 8; ++i) {
+    json b = completion(i % 2 ? "Once upon a time" : "The little dog", 32);
+    b["temperature"] = 0.8;
+    b["seed"] = 500 + i;
+    if (i % 3 == 0) b["top_p"] = 0.9;
+    bodies.push_back(b);
+  }
+  std::vector<std::string> alone(bodies.size());
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    Reply r = post(c, "/v1/completions", bodies[i]);
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    alone[i] = r.body["choices"][0]["text"];
+  }
+  const double pooled_alone = metric_value(metrics(c), "sustain_pool_sampled_tokens_total");
+  std::vector<std::string> together(bodies.size());
+  std::vector<int> status(bodies.size(), 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < bodies.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto cl = srv->client();
+      auto res = cl.Post("/v1/completions", bodies[i].dump(), "application/json");
+      status[i] = res ? res->status : -1;
+      if (res && res->status == 200) together[i] = json::parse(res->body)["choices"][0]["text"];
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    EXPECT_EQ(status[i], 200) << "client " << i;
+    EXPECT_EQ(together[i], alone[i]) << "client " << i;
+  }
+  const std::string m = metrics(c);
+  EXPECT_EQ(pooled_alone, 0) << m;
+  EXPECT_GT(metric_value(m, "sustain_pool_sampled_tokens_total"), 0) << m;
+  EXPECT_GT(metric_value(m, "sustain_spec_accepted_tokens_total"), 0) << m;
+  EXPECT_EQ(metric_value(m, "sustain_spec_draft_kv_pages_used"), 0) << m;
+  EXPECT_EQ(metric_value(m, "sustain_kv_pages_used"), 0) << m;
+}
+
 TEST(ServerHttp, SixteenConcurrentClientsMatchAlone) {
   concurrent_clients_match_alone("-c 2048 -np 8 --max-queue 32", false);
 }
