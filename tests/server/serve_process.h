@@ -109,11 +109,12 @@ class ServeProcess {
       return nullptr;
     }
     static int counter = 0;
+    p->threads_ = launch.empty() ? 2 : 1;
     p->err_path_ = tmp_path("serve_stderr_" + std::to_string(getpid()) + "_" +
                             std::to_string(counter++) + ".txt");
     const std::string cmd = "exec " + launch + std::string(SUSTAIN_BINARY) + " serve -m " +
                             (model.empty() ? server_model() : model) + " --port 0 -t " +
-                            (launch.empty() ? "2 " : "1 ") + args + extra + " </dev/null 2>" +
+                            std::to_string(p->threads_) + " " + args + extra + " </dev/null 2>" +
                             p->err_path_;
     p->pid_ = fork();
     if (p->pid_ == 0) {
@@ -203,6 +204,8 @@ class ServeProcess {
   }
 
   int port() const { return port_; }
+  // Worker threads of the server (of each rank, over ranks).
+  int threads() const { return threads_; }
   pid_t pid() const { return pid_; }
   httplib::Client client(int timeout_s = 120) const {
     httplib::Client c("127.0.0.1", port_);
@@ -224,6 +227,7 @@ class ServeProcess {
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int port_ = 0;
+  int threads_ = 2;
   std::string err_path_;
 };
 
