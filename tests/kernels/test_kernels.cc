@@ -639,6 +639,23 @@ TEST(Elementwise, RmsNorm) {
   }
 }
 
+// A gated unit runs over all of a step's rows at once (T x n_ff elements):
+// every element must come out the same wherever the array is split, or a
+// token's result would depend on how many rows share its step (the tail is
+// padded, not computed another way).
+template <class Fn>
+void expect_same_bits_split(Fn fn, const std::vector<float>& gate, const std::vector<float>& up,
+                            const std::vector<float>& whole, const char* what) {
+  const auto n = static_cast<int64_t>(gate.size());
+  for (int64_t k : {int64_t{1}, n / 3, n - 1}) {
+    if (k <= 0 || k >= n) continue;
+    std::vector<float> parts(gate.size());
+    fn(gate.data(), up.data(), parts.data(), k);
+    fn(gate.data() + k, up.data() + k, parts.data() + k, n - k);
+    EXPECT_EQ(parts, whole) << what << ": n " << n << " split at " << k;
+  }
+}
+
 TEST(Elementwise, GegluAgainstTheTanhFormula) {
   for (int64_t n : kSizes) {
     auto gate = random_normal(static_cast<size_t>(n), n + 3, 3.0f);
@@ -652,6 +669,7 @@ TEST(Elementwise, GegluAgainstTheTanhFormula) {
       // x / (1 + exp(-2u)) against 0.5 x (1 + tanh u) in double: a few ulp,
       // more where 1 + tanh u cancels (large negative x, tiny values).
       expect_rel(got, want, 2e-6, 1e-12, "geglu");
+      expect_same_bits_split(geglu, gate, up, got, "geglu");
     });
   }
 }
@@ -714,6 +732,7 @@ TEST(Elementwise, SwigluAddSoftmax) {
       swiglu(gate.data(), up.data(), got.data(), n);
       // Exp within 1 ulp, then a division: a few ulp.
       expect_rel(got, want, 1e-6, 1e-30, "swiglu");
+      expect_same_bits_split(swiglu, gate, up, got, "swiglu");
       std::vector<float> sum = gate, sum_ref = gate;
       add(sum.data(), up.data(), n);
       ref::add(sum_ref.data(), up.data(), n);

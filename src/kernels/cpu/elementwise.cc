@@ -41,43 +41,57 @@ void RmsNorm(const float* x, const float* weight, float* y, int64_t n, float eps
   for (; i < n; ++i) y[i] = x[i] * scale * (weight ? weight[i] : 1.0f);
 }
 
+// Runs block(src..., dst) over whole vectors of [0, n), and over the tail
+// on a zero-padded copy: the tail gets the same vector code, so an
+// element's value depends on nothing but its inputs, wherever it sits. The
+// gated units run over every row of a step at once (T x n_ff elements);
+// with a scalar tail, the last elements of the last rows (n_ff not a
+// multiple of the vector) were rounded by std::exp instead, and a token's
+// result depended on what else was in its step (batch invariance,
+// base/batch_invariant.h).
+template <class D, class Block>
+HWY_INLINE void each_vector_padded(D d, const float* a, const float* b, float* out, int64_t n,
+                                   Block block) {
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) block(a + i, b + i, out + i);
+  if (i < n) {
+    HWY_ALIGN float pa[hn::MaxLanes(d)] = {}, pb[hn::MaxLanes(d)] = {}, po[hn::MaxLanes(d)];
+    const auto bytes = static_cast<size_t>(n - i) * sizeof(float);
+    std::memcpy(pa, a + i, bytes);
+    std::memcpy(pb, b + i, bytes);
+    block(pa, pb, po);
+    std::memcpy(out + i, po, bytes);
+  }
+}
+
 void Swiglu(const float* gate, const float* up, float* out, int64_t n) {
   const hn::ScalableTag<float> d;
-  const auto N = static_cast<int64_t>(hn::Lanes(d));
   const auto one = hn::Set(d, 1.0f);
   // exp(-g) overflows (and leaves Exp's valid range) below g = -88; silu is 0 there anyway.
   const auto lim = hn::Set(d, 88.0f);
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto g = hn::LoadU(d, gate + i);
+  each_vector_padded(d, gate, up, out, n, [&](const float* g_p, const float* u_p, float* o_p) {
+    const auto g = hn::LoadU(d, g_p);
     const auto e = hn::Exp(d, hn::Min(hn::Neg(g), lim));
-    hn::StoreU(hn::Mul(hn::Div(g, hn::Add(one, e)), hn::LoadU(d, up + i)), d, out + i);
-  }
-  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    hn::StoreU(hn::Mul(hn::Div(g, hn::Add(one, e)), hn::LoadU(d, u_p)), d, o_p);
+  });
 }
 
 // gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
 // one Exp and a division, like Swiglu.
 void Geglu(const float* gate, const float* up, float* out, int64_t n) {
   const hn::ScalableTag<float> d;
-  const auto N = static_cast<int64_t>(hn::Lanes(d));
   const auto one = hn::Set(d, 1.0f);
   const auto c1 = hn::Set(d, -2.0f * 0.7978845608028654f);
   const auto c3 = hn::Set(d, -2.0f * 0.7978845608028654f * 0.044715f);
   const auto lim = hn::Set(d, 88.0f);  // Exp's range; the product is 0 there anyway
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto x = hn::LoadU(d, gate + i);
+  each_vector_padded(d, gate, up, out, n, [&](const float* g_p, const float* u_p, float* o_p) {
+    const auto x = hn::LoadU(d, g_p);
     const auto x2 = hn::Mul(x, x);
     const auto t = hn::Mul(x, hn::MulAdd(c3, x2, c1));  // -2u
     const auto e = hn::Exp(d, hn::Min(t, lim));
-    hn::StoreU(hn::Mul(hn::Div(x, hn::Add(one, e)), hn::LoadU(d, up + i)), d, out + i);
-  }
-  for (; i < n; ++i) {
-    const float x = gate[i];
-    const float t = -2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    out[i] = x / (1.0f + std::exp(std::min(t, 88.0f))) * up[i];
-  }
+    hn::StoreU(hn::Mul(hn::Div(x, hn::Add(one, e)), hn::LoadU(d, u_p)), d, o_p);
+  });
 }
 
 void Add(float* y, const float* x, int64_t n) {
