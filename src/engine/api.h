@@ -251,9 +251,10 @@ struct EngineStats {
   // position r, and of those, accepted.
   std::array<uint64_t, 16> spec_drafted_at{}, spec_accepted_at{};
   // The speculation gate (spec::Config::gate): sequence-steps it kept from
-  // drafting because a draft would not pay, and the one-token probes it let
-  // through meanwhile.
-  uint64_t spec_gate_skipped = 0, spec_gate_probes = 0;
+  // drafting because a draft would not pay, the one-token probes it let
+  // through meanwhile, and the steps it ran without the drafts it chose, to
+  // measure again what a step without drafts costs (spec::PriceRecheck).
+  uint64_t spec_gate_skipped = 0, spec_gate_probes = 0, spec_gate_rechecks = 0;
   // The draft model's own KV (spec draft, mtp): pages held now, bytes
   // allocated. mtp: pages only its prefix cache holds, and the entries
   // sequences took from that cache (positions after a prefix the target's

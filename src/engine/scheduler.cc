@@ -479,7 +479,9 @@ int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
 // seen, every other step drafts in full and the rest draft nothing, so the
 // price can be learned; then a sequence the gate keeps from drafting is
 // still let through for a probe now and then (spec::ProbeSchedule), so
-// that a proposer that starts to match is noticed.
+// that a proposer that starts to match is noticed; and while drafting wins
+// only narrowly, a step now and then runs without drafts so that the price
+// it is compared with stays measured (spec::PriceRecheck).
 void Scheduler::gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& jobs,
                      const std::vector<Seq*>& job_seq) {
   const spec::Config& c = cfg().spec;
@@ -503,7 +505,19 @@ void Scheduler::gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& 
       other_attended += static_cast<double>(s->n_computed + 1);
     }
   std::vector<int> k(jobs.size());
-  spec::choose_draft_lengths(g, price, other_rows, other_attended, k, &verify_cost);
+  double undrafted = 0;
+  const double drafted =
+      spec::choose_draft_lengths(g, price, other_rows, other_attended, k, &verify_cost, &undrafted);
+  if (std::any_of(k.begin(), k.end(), [](int v) { return v > 0; }) &&
+      gate_recheck.due(drafted, undrafted)) {
+    // The step without drafts is measured again (spec::PriceRecheck); the
+    // sequences' probe schedules are left as they were.
+    for (spec::Job& j : jobs) j.k = 0;
+    gate_recheck.ran_undrafted();
+    ++st.spec_gate_rechecks;
+    return;
+  }
+  bool none = true;
   for (size_t i = 0; i < jobs.size(); ++i) {
     Seq& s = *job_seq[i];
     if (k[i] > 0) {
@@ -516,7 +530,9 @@ void Scheduler::gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& 
     }
     if (k[i] > 0 && k[i] < c.draft_min) k[i] = std::min(jobs[i].k, c.draft_min);
     jobs[i].k = k[i];
+    none &= k[i] == 0;
   }
+  if (none) gate_recheck.ran_undrafted();
 }
 
 // The forward ran over [last, d_1..d_k] with logits rows 0..k. Row r is
@@ -1106,10 +1122,10 @@ bool Scheduler::step() {
   // Decode-only steps price drafted tokens for the gate.
   if (!cfg().deterministic && !proposers.empty() && !prefill_given) {
     if (decode_predicted > 0 && single_pos >= 0)
-      verify_cost.observe(ran.rows, single_pos, took, decode_predicted);
+      verify_cost.observe(ran.rows, single_pos, took, decode_predicted, ran.attended);
     else if (decode_predicted > 0)
       verify_cost.observe_batch(static_cast<int64_t>(plan.size()), ran.rows, mean_pos, took,
-                                decode_predicted);
+                                decode_predicted, ran.attended);
     decode_cost.observe(ran, took);
   }
   st.cost_per_step_s = cost.per_step();

@@ -210,6 +210,7 @@ struct Engine::Impl {
   spec::MeasuredVerifyCost verify_cost;
   spec::AcceptanceEstimate acceptance_all;
   uint64_t gate_explore_steps = 0;
+  spec::PriceRecheck gate_recheck;
   EngineStats st;  // published to shared_stats after each step
   dist::Traffic comm_at_start;  // over ranks: the transport's counts when the engine started
   std::vector<std::pair<std::shared_ptr<detail::RequestState>, Event>> finished;

@@ -183,6 +183,10 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
   metric(out, "sustain_spec_gate_probes_total", "counter",
          "speculative decoding: one-token drafts the gate let through to re-test acceptance",
          static_cast<double>(s->spec_gate_probes));
+  metric(out, "sustain_spec_gate_rechecks_total", "counter",
+         "speculative decoding: steps the gate ran without its drafts to re-measure an "
+         "undrafted step's cost",
+         static_cast<double>(s->spec_gate_rechecks));
   // Acceptance by draft position: drafts that reached position r, and of
   // those, accepted (a labelled family; positions no draft reached omitted).
   for (const auto& [name, help, v] :

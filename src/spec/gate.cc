@@ -32,54 +32,91 @@ void ProbeSchedule::verified(bool accepted_any) {
   probing_ = false;
 }
 
+bool PriceRecheck::due(double drafted, double undrafted) {
+  if (!(drafted < kMargin * undrafted) || ++since_ < interval_) return false;
+  ran_undrafted();
+  return true;
+}
+
+void PriceRecheck::ran_undrafted() {
+  since_ = 0;
+  interval_ = kMinInterval + static_cast<int32_t>(rng_.below(kMaxInterval - kMinInterval + 1));
+}
+
 int MeasuredVerifyCost::band(int64_t pos) {
   int b = 0;
   for (int64_t edge = 512; b < kBands - 1 && pos >= edge; edge *= 2) ++b;
   return b;
 }
 
-void MeasuredVerifyCost::record(Cell& c, double seconds, double predicted) {
-  // A step the OS descheduled, or the first of a new depth, must not swing
-  // the factor far: one observation moves it at most to 4x or 1/4.
-  const double r = std::clamp(seconds / predicted, 0.25, 4.0);
-  c.weight = kForget * c.weight + 1;
-  c.ratio += (r - c.ratio) / c.weight;
+void MeasuredVerifyCost::record(Cell& c, double seconds, double predicted, double attended) {
+  const double r = std::clamp(seconds, 0.25 * predicted, 4.0 * predicted);
+  const bool first = c.weight == 0;
+  // Aged by the steps recorded elsewhere since this cell's last.
+  c.weight = kForget * aged(c) + 1;
+  c.last = ++clock_;
+  // Faster than the record: the record was noise, or the machine sped up;
+  // either way the step's cost is at most this. Slower: a quarter of the
+  // usual move, towards at most twice the record (a step descheduled for
+  // ten times its length moves it as one twice as slow does). The first
+  // step of a row count is taken whole: if the OS descheduled it, the next
+  // faster one undoes it.
+  if (first || r < c.seconds) {
+    c.seconds = r;
+  } else {
+    c.seconds += kSlowerWeight * (std::min(r, 2 * c.seconds) - c.seconds) / c.weight;
+  }
+  c.attended += (attended - c.attended) / c.weight;
 }
 
-void MeasuredVerifyCost::observe(int64_t rows, int64_t pos, double seconds, double predicted) {
+double MeasuredVerifyCost::ratio(const Cell& c, int64_t rows, const StepPrice& price) {
+  const double t = std::max(0.0, price.per_step) +
+                   std::max(0.0, price.per_row) * static_cast<double>(rows) +
+                   std::max(0.0, price.per_attended) * c.attended;
+  return t > 0 ? c.seconds / t : 1.0;
+}
+
+void MeasuredVerifyCost::observe(int64_t rows, int64_t pos, double seconds, double predicted,
+                                 double attended) {
   if (rows < 1 || rows > kMaxRows || !(seconds > 0) || !(predicted > 0)) return;
-  record(cells_[band(pos)][rows], seconds, predicted);
+  record(cells_[band(pos)][rows], seconds, predicted, attended);
 }
 
-double MeasuredVerifyCost::factor(int64_t rows, int64_t pos) const {
+double MeasuredVerifyCost::factor(int64_t rows, int64_t pos, const StepPrice& price) const {
   const int b = band(pos);
-  if (rows >= 1 && rows <= kMaxRows && cells_[b][rows].weight > 0) return cells_[b][rows].ratio;
-  return cells_[b][1].weight > 0 ? cells_[b][1].ratio : 1.0;
+  if (rows >= 1 && rows <= kMaxRows && cells_[b][rows].weight > 0)
+    return ratio(cells_[b][rows], rows, price);
+  return cells_[b][1].weight > 0 ? ratio(cells_[b][1], 1, price) : 1.0;
+}
+
+double MeasuredVerifyCost::aged(const Cell& c) const {
+  return c.weight * std::exp2(-static_cast<double>(clock_ - c.last) / kStaleHalfLife);
 }
 
 double MeasuredVerifyCost::weight(int64_t rows, int64_t pos) const {
   if (rows < 1 || rows > kMaxRows) return 0;
-  return cells_[band(pos)][rows].weight;
+  return aged(cells_[band(pos)][rows]);
 }
 
 void MeasuredVerifyCost::observe_batch(int64_t seqs, int64_t rows, int64_t mean_pos, double seconds,
-                                       double predicted) {
+                                       double predicted, double attended) {
   if (seqs < 2 || rows < seqs || rows > kMaxBatchRows || !(seconds > 0) || !(predicted > 0)) return;
-  record(batch_[band(mean_pos)][rows], seconds, predicted);
+  record(batch_[band(mean_pos)][rows], seconds, predicted, attended);
 }
 
-double MeasuredVerifyCost::batch_factor(int64_t seqs, int64_t rows, int64_t mean_pos) const {
+double MeasuredVerifyCost::batch_factor(int64_t seqs, int64_t rows, int64_t mean_pos,
+                                        const StepPrice& price) const {
   // The nearest row count at or below `rows` that was seen: a step that
   // crossed a kernel switch is priced as the steps past it were.
   const int b = band(mean_pos);
   for (int64_t r = std::min<int64_t>(rows, kMaxBatchRows); r >= std::max<int64_t>(seqs, 2); --r)
-    if (batch_[b][r].weight > 0) return batch_[b][r].ratio;
+    if (batch_[b][r].weight > 0) return ratio(batch_[b][r], r, price);
   return 1.0;
 }
 
 double MeasuredVerifyCost::batch_weight(int64_t rows, int64_t mean_pos) const {
   if (rows < 2 || rows > kMaxBatchRows) return 0;
-  return batch_[band(mean_pos)][rows].weight;
+  return aged(batch_[band(mean_pos)][rows]);
 }
 
 double expected_tokens(double alpha, int k) {
@@ -93,21 +130,27 @@ double expected_tokens(double alpha, int k) {
 
 double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& price,
                             int64_t other_rows, double other_attended, std::span<int> k,
-                            const MeasuredVerifyCost* measured) {
+                            const MeasuredVerifyCost* measured, double* undrafted) {
   std::fill(k.begin(), k.end(), 0);
+  if (undrafted != nullptr) *undrafted = 0;
   const double a = std::max(0.0, price.per_step), b = std::max(0.0, price.per_row),
                c = std::max(0.0, price.per_attended);
   if (measured != nullptr && seqs.size() == 1 && other_rows == 0 && !(other_attended > 0)) {
     // One sequence alone: every draft length, at what such steps cost.
     const GateSeq& s = seqs[0];
-    double best = 0;
+    double best = 0, t0 = 0;
     for (int j = 0; j <= std::max(0, s.k_cap); ++j) {
       // Rows at s.pos .. s.pos + j, each attending its position + 1 keys.
       const double rows = j + 1;
       const double attended = rows * static_cast<double>(s.pos) + rows * (rows + 1) / 2.0;
-      const double t = (a + b * rows + c * attended) * measured->factor(j + 1, s.pos);
+      // A verify step does all of the decode step's work and more: whatever
+      // noise left in the factors, it is never priced below it.
+      const double t =
+          std::max(t0, (a + b * rows + c * attended) * measured->factor(j + 1, s.pos, price));
+      if (j == 0) t0 = t;
       if (!(t > 0)) return 0;
       const double v = expected_tokens(s.alpha, j) / t;
+      if (j == 0 && undrafted != nullptr) *undrafted = v;
       if (v > best) {  // ties go to the shorter draft
         best = v;
         k[0] = j;
@@ -136,9 +179,12 @@ double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& pric
   std::vector<double> gain(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) gain[i] = seqs[i].alpha;
   std::vector<size_t> order;  // the walk: which sequence each candidate extends
-  double best_value =
-      batch_measured ? e / (t * measured->batch_factor(n_seqs, n_seqs, mean_pos)) : e / t;
+  // The step without drafts; a step with drafts is never priced below it.
+  const double t0 =
+      batch_measured ? t * measured->batch_factor(n_seqs, n_seqs, mean_pos, price) : t;
+  double best_value = e / t0;
   size_t best_len = 0;
+  if (undrafted != nullptr) *undrafted = best_value;
   std::vector<int> kk(seqs.size(), 0);
   while (true) {
     size_t best = seqs.size();
@@ -164,7 +210,8 @@ double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& pric
     order.push_back(best);
     const int64_t rows = n_seqs + static_cast<int64_t>(order.size());
     const double value =
-        batch_measured ? e / (t * measured->batch_factor(n_seqs, rows, mean_pos)) : e / t;
+        batch_measured ? e / std::max(t0, t * measured->batch_factor(n_seqs, rows, mean_pos, price))
+                       : e / t;
     if (!batch_measured || value > best_value) {  // ties go to the shorter walk
       best_value = value;
       best_len = order.size();

@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <span>
 
+#include "base/splitmix.h"
+
 namespace sustain::spec {
 
 // Per-position acceptance, counted with forgetting (old steps weigh less, so
@@ -72,6 +74,39 @@ class ProbeSchedule {
   bool probing_ = false;  // the draft being verified is a probe
 };
 
+// A draft is priced against the step without it, and only steps that run
+// without drafts re-measure that step's cost. A gate that drafts every step
+// never sees it again: one noisy measurement (a descheduled decode step, or
+// a fitted per-row cost of 0 on a machine whose noise swamps one row's
+// cost) can make a draft that is never right look free for good. So while
+// drafting wins only narrowly (predicted tokens per second under kMargin
+// times the undrafted step's), every kInterval-th step runs without drafts
+// and its cost is measured again. Where drafting wins by more, a stale
+// price cannot turn the choice, and nothing is spent; where it wins
+// narrowly the recheck costs at most one step's drafts in kInterval, which
+// were worth under kMargin - 1 of a step. The interval is drawn afresh
+// each time, kMinInterval to kMaxInterval (kInterval on average): at a
+// fixed one, rechecks fell again and again on the same phase of another
+// process's time slices (every fourth step descheduled, every eighth step
+// a recheck: each recheck measured the noise).
+class PriceRecheck {
+ public:
+  static constexpr int32_t kMinInterval = 5, kMaxInterval = 11;
+  static constexpr int32_t kInterval = (kMinInterval + kMaxInterval) / 2;
+  static constexpr double kMargin = 1.25;
+
+  // The gate chose drafts predicted to give `drafted` tokens per second
+  // where the step without them gives `undrafted`. True when this step is
+  // to run without drafts instead (the count starts over).
+  bool due(double drafted, double undrafted);
+  // A step ran without drafts (the gate chose none, or a recheck).
+  void ran_undrafted();
+
+ private:
+  SplitMix64 rng_{0x5eedu};
+  int32_t since_ = 0, interval_ = kInterval;
+};
+
 // The step cost the gate prices drafts with (seconds): per step, per
 // forward row, per attended (query, key) pair.
 struct StepPrice {
@@ -85,27 +120,51 @@ struct StepPrice {
 // step has per-row costs outside the forward (proposing, sampling, rollback);
 // at depth the verify-cost curve (docs/speculative.md) rises by 1.1-2.4x for
 // the first drafted token and far less for the next. So each single-sequence
-// decode or verify step that runs is recorded here as its measured time over
-// the linear price's prediction for it, per row count and depth band (a
-// factor of two in depth), with forgetting. The gate prices a
-// single-sequence draft of k tokens as the linear prediction times the
-// factor for k + 1 rows at that depth: what such steps have cost. A row
-// count not yet seen in the band takes the band's plain decode factor (or
-// 1): the linear model's guess, which the first such step then corrects.
+// decode or verify step that runs is recorded here, per row count and depth
+// band (a factor of two in depth), with forgetting: what it took and how
+// many (query, key) pairs it attended. The gate prices a single-sequence
+// draft of k tokens as the linear prediction times the factor for k + 1
+// rows at that depth: what such steps have cost over what the price *now*
+// predicts for them. (Kept as a ratio to the prediction when measured, two
+// row counts measured at different times would be compared through two
+// different fits: one descheduled step lifts the fit's per-step cost by
+// half, and every row count measured after it looked cheaper than one
+// measured before.) A row count not yet seen in the band takes the band's
+// plain decode factor (or 1): the linear model's guess, which the first
+// such step then corrects.
+//
+// Noise on a shared machine only adds time (a step is descheduled, never
+// sped up), so a step faster than a cell's record replaces it, and a slower
+// one moves it by a quarter of the usual exponential-forgetting step
+// towards at most twice the record: each
+// row count follows its undisturbed cost (rising within a few dozen steps
+// where the machine really slows), and two row counts are compared at like
+// quantiles. A cell also ages while
+// other row counts are measured (its weight halves every kStaleHalfLife
+// steps recorded elsewhere), so that a row count the gate has stopped
+// choosing is re-learned from its next measurements rather than held at
+// what it cost long ago.
 class MeasuredVerifyCost {
  public:
   static constexpr int kMaxRows = 17;  // a draft of up to 16 tokens
   static constexpr int kBands = 12;    // depth < 512, < 1K, ..., >= 512K
   static constexpr double kForget = 0.8;
+  static constexpr double kStaleHalfLife = 16;
+  static constexpr double kSlowerWeight = 0.25;
   // Steps of several sequences: by the step's total rows, up to this many.
   static constexpr int kMaxBatchRows = 64;
 
   // A single-sequence step of `rows` rows whose first row sits at `pos`,
-  // measured `seconds` against `predicted` by the linear price.
-  void observe(int64_t rows, int64_t pos, double seconds, double predicted);
-  // The factor to apply to the linear prediction (1 where nothing is known).
-  double factor(int64_t rows, int64_t pos) const;
-  // Steps recorded for this row count in pos's band (with forgetting).
+  // attending `attended` (query, key) pairs, measured `seconds`; `predicted`
+  // is what the linear price said (one measurement counts at most 4x or 1/4
+  // of it: the first of a new depth, or one the OS descheduled).
+  void observe(int64_t rows, int64_t pos, double seconds, double predicted, double attended);
+  // The factor to apply to `price`'s linear prediction (1 where nothing is
+  // known): the recorded cost over what `price` predicts for the steps
+  // recorded.
+  double factor(int64_t rows, int64_t pos, const StepPrice& price) const;
+  // Steps recorded for this row count in pos's band (with forgetting, and
+  // aged by the steps recorded elsewhere since).
   double weight(int64_t rows, int64_t pos) const;
 
   // The same for a decode-only step of `seqs` >= 2 sequences and `rows`
@@ -115,17 +174,21 @@ class MeasuredVerifyCost {
   // attention costs, are not a lone sequence's. A row count not yet seen
   // takes the factor of the nearest seen count below it, down to the plain
   // decode step of `seqs` rows (or 1).
-  void observe_batch(int64_t seqs, int64_t rows, int64_t mean_pos, double seconds,
-                     double predicted);
-  double batch_factor(int64_t seqs, int64_t rows, int64_t mean_pos) const;
+  void observe_batch(int64_t seqs, int64_t rows, int64_t mean_pos, double seconds, double predicted,
+                     double attended);
+  double batch_factor(int64_t seqs, int64_t rows, int64_t mean_pos, const StepPrice& price) const;
   double batch_weight(int64_t rows, int64_t mean_pos) const;
   static int band(int64_t pos);
 
  private:
   struct Cell {
-    double ratio = 1, weight = 0;
+    double seconds = 0, attended = 0, weight = 0;
+    uint64_t last = 0;  // clock_ when last recorded
   };
-  static void record(Cell& c, double seconds, double predicted);
+  void record(Cell& c, double seconds, double predicted, double attended);
+  static double ratio(const Cell& c, int64_t rows, const StepPrice& price);
+  double aged(const Cell& c) const;  // its weight, aged to now
+  uint64_t clock_ = 0;               // steps recorded, single and batch
   Cell cells_[kBands][kMaxRows + 1];
   Cell batch_[kBands][kMaxBatchRows + 1];
 };
@@ -144,7 +207,8 @@ struct GateSeq {
 // the decode rows of sequences with nothing to draft (one row each, which
 // the batch factors below count as sequences).
 // Returns the predicted expected visible tokens per second of the chosen
-// step (0 when the price is not positive).
+// step (0 when the price is not positive); `undrafted`, when given, gets the
+// same for the step with no drafts (PriceRecheck compares the two).
 //
 // With `measured` given and a step of one sequence alone (no other rows),
 // every k in [0, k_cap] is priced as MeasuredVerifyCost says and the best
@@ -154,10 +218,14 @@ struct GateSeq {
 // in the marginal rule's order (best ratio first) and every prefix of that
 // order is priced as the linear prediction times the measured batch factor
 // for its total rows; the prefix with the most expected tokens per second
-// wins. With every factor 1 that is the marginal rule's own choice.
+// wins. With every factor 1 that is the marginal rule's own choice. Either
+// way a step with drafts is never priced below the same step without them
+// (it does that step's work and more), so noisy factors cannot make a draft
+// that is never right look free.
 double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& price,
                             int64_t other_rows, double other_attended, std::span<int> k,
-                            const MeasuredVerifyCost* measured = nullptr);
+                            const MeasuredVerifyCost* measured = nullptr,
+                            double* undrafted = nullptr);
 
 // Expected visible tokens of a verify step with k drafted tokens at
 // per-position acceptance alpha: 1 + α + … + α^k.

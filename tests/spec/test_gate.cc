@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "base/splitmix.h"
@@ -158,24 +159,25 @@ TEST(SpecGate, MeasuredCostFindsTheDraftLengthThatPays) {
     chosen.push_back(k[0]);
     const int rows = k[0] + 1;
     const double predicted = lin.per_step + lin.per_row * rows;
-    m.observe(rows, pos, true_cost(rows), predicted);
+    m.observe(rows, pos, true_cost(rows), predicted, 0);
   }
   for (int i = 40; i < 60; ++i)
     EXPECT_GE(true_rate(chosen[i]), 0.97 * best) << "step " << i << ": k = " << chosen[i];
   // What it learned is per depth: another band still has no factors.
   EXPECT_GT(m.weight(9, pos), 0);
-  EXPECT_DOUBLE_EQ(m.factor(9, 100), 1.0);
+  EXPECT_DOUBLE_EQ(m.factor(9, 100, lin), 1.0);
   EXPECT_EQ(MeasuredVerifyCost::band(511), 0);
   EXPECT_EQ(MeasuredVerifyCost::band(512), 1);
   EXPECT_EQ(MeasuredVerifyCost::band(4096), 4);
   EXPECT_EQ(MeasuredVerifyCost::band(int64_t{1} << 40), MeasuredVerifyCost::kBands - 1);
   // One wild measurement moves a factor at most 4x.
   MeasuredVerifyCost w;
-  w.observe(1, pos, 1.0, 1e-3);
-  EXPECT_DOUBLE_EQ(w.factor(1, pos), 4.0);
-  w.observe(0, pos, 1.0, 1e-3);             // no such row count: ignored
-  w.observe(18, pos, 1.0, 1e-3);            // beyond the table: ignored
-  EXPECT_DOUBLE_EQ(w.factor(5, pos), 4.0);  // an unseen row count takes the decode factor
+  const StepPrice ms{1e-3, 0, 0};
+  w.observe(1, pos, 1.0, 1e-3, 0);
+  EXPECT_DOUBLE_EQ(w.factor(1, pos, ms), 4.0);
+  w.observe(0, pos, 1.0, 1e-3, 0);              // no such row count: ignored
+  w.observe(18, pos, 1.0, 1e-3, 0);             // beyond the table: ignored
+  EXPECT_DOUBLE_EQ(w.factor(5, pos, ms), 4.0);  // an unseen row count takes the decode factor
 }
 
 // Eight sequences decoding together, where the batch's cost is not the
@@ -228,7 +230,7 @@ TEST(SpecGate, BatchMeasuredCostFindsDraftsTheLineOverprices) {
     }
     int64_t rows = 0;
     for (int v : k) rows += 1 + v;
-    m.observe_batch(kSeqs, rows, pos, true_cost(rows), lin_cost(rows));
+    m.observe_batch(kSeqs, rows, pos, true_cost(rows), lin_cost(rows), 0);
     for (int i = 0; i < kSeqs; ++i)
       if (k[size_t(i)] > 0) probes[size_t(i)].verified(true);  // α 0.6: most drafts accept some
     rates.push_back(true_rate(k));
@@ -241,29 +243,175 @@ TEST(SpecGate, BatchMeasuredCostFindsDraftsTheLineOverprices) {
   // Factors are kept per row count and depth band, apart from a lone
   // sequence's; an unseen count takes the nearest seen one below it.
   EXPECT_GT(m.batch_weight(16, pos), 0);
-  EXPECT_DOUBLE_EQ(m.factor(16, pos), 1.0);
-  EXPECT_DOUBLE_EQ(m.batch_factor(kSeqs, 16, 100), 1.0);
+  EXPECT_DOUBLE_EQ(m.factor(16, pos, lin), 1.0);
+  EXPECT_DOUBLE_EQ(m.batch_factor(kSeqs, 16, 100, lin), 1.0);
   MeasuredVerifyCost w;
-  w.observe_batch(8, 9, pos, 6e-3, 12e-3);
-  EXPECT_DOUBLE_EQ(w.batch_factor(8, 9, pos), 0.5);
-  EXPECT_DOUBLE_EQ(w.batch_factor(8, 12, pos), 0.5);
-  EXPECT_DOUBLE_EQ(w.batch_factor(8, 8, pos), 1.0);
-  w.observe_batch(1, 9, pos, 6e-3, 12e-3);   // one sequence: its own table
-  w.observe_batch(8, 65, pos, 6e-3, 12e-3);  // beyond the table: ignored
+  const StepPrice p12{3e-3, 1e-3, 0};  // 12 ms for 9 rows
+  w.observe_batch(8, 9, pos, 6e-3, 12e-3, 0);
+  EXPECT_DOUBLE_EQ(w.batch_factor(8, 9, pos, p12), 0.5);
+  EXPECT_DOUBLE_EQ(w.batch_factor(8, 12, pos, p12), 0.5);
+  EXPECT_DOUBLE_EQ(w.batch_factor(8, 8, pos, p12), 1.0);
+  w.observe_batch(1, 9, pos, 6e-3, 12e-3, 0);   // one sequence: its own table
+  w.observe_batch(8, 65, pos, 6e-3, 12e-3, 0);  // beyond the table: ignored
   EXPECT_DOUBLE_EQ(w.batch_weight(9, pos), 1.0);
-  // With every factor 1, the walk's best prefix is the marginal rule's choice.
-  MeasuredVerifyCost ones;
-  for (int r = 2; r <= MeasuredVerifyCost::kMaxBatchRows; ++r) ones.observe_batch(2, r, pos, 1, 1);
+  // With every factor 1 (each row count measured at what the price says),
+  // the walk's best prefix is the marginal rule's choice.
   SplitMix64 g{11};
   for (int trial = 0; trial < 200; ++trial) {
     const int n = 2 + static_cast<int>(g.below(3));
     std::vector<GateSeq> ss;
     for (int i = 0; i < n; ++i) ss.push_back({pos, g.uniform(), static_cast<int>(g.below(6))});
     const StepPrice p{1e-3 + 20e-3 * g.uniform(), 0.2e-3 + 3e-3 * g.uniform(), 0};
+    MeasuredVerifyCost ones;
+    for (int r = 2; r <= MeasuredVerifyCost::kMaxBatchRows; ++r) {
+      const double t = p.per_step + p.per_row * r;
+      ones.observe_batch(2, r, pos, t, t, 0);
+    }
     std::vector<int> plain(ss.size()), measured(ss.size());
     choose_draft_lengths(ss, p, 0, 0, plain);
     choose_draft_lengths(ss, p, 0, 0, measured, &ones);
     EXPECT_EQ(plain, measured) << "trial " << trial;
+  }
+}
+
+// Two row counts measured at different times are compared through the
+// price of now. A one-row step measured at 1 ms while the fit said 1 ms,
+// then a two-row step at 1.2 ms after the fit moved to 2 ms (one
+// descheduled step lifts a fit's per-step cost like that): the two-row step
+// is the dearer, and a draft right one time in ten does not pay. Kept as
+// ratios to the prediction of their day (1.0 and 0.6) the one-row step
+// would be priced at 2 ms, and the draft would look like a bargain.
+TEST(SpecGate, RowCountsMeasuredAtDifferentTimesAreComparedThroughOnePrice) {
+  const int64_t pos = 100;
+  const StepPrice then{1e-3, 0, 0}, now{2e-3, 0, 0};
+  MeasuredVerifyCost m;
+  m.observe(1, pos, 1e-3, 1e-3, 101);
+  m.observe(2, pos + 1, 1.2e-3, 2e-3, 205);
+  EXPECT_DOUBLE_EQ(m.factor(1, pos, then), 1.0);
+  EXPECT_DOUBLE_EQ(m.factor(1, pos, now), 0.5);
+  EXPECT_DOUBLE_EQ(m.factor(2, pos, now), 0.6);
+  std::vector<GateSeq> one = {{pos + 2, 0.1, 1}};
+  std::vector<int> k(1);
+  double undrafted = 0;
+  const double v = choose_draft_lengths(one, now, 0, 0, k, &m, &undrafted);
+  EXPECT_EQ(k[0], 0);
+  EXPECT_NEAR(v, 1 / 1e-3, 1e-6);
+  EXPECT_DOUBLE_EQ(v, undrafted);
+  // With a per-attended price the cell's own attended pairs are priced:
+  // what the step cost over what the price says for that step.
+  const StepPrice deep{1e-3, 0, 1e-6};
+  EXPECT_NEAR(m.factor(1, pos, deep), 1e-3 / (1e-3 + 101e-6), 1e-12);
+
+  // Noise only adds time: a slower step moves a cell by a quarter of the
+  // forgetting step towards at most twice the record, a faster one
+  // replaces it (and the first of a row count is taken whole).
+  MeasuredVerifyCost q;
+  q.observe(1, pos, 1e-3, 1e-3, 0);
+  q.observe(1, pos, 3e-3, 1e-3, 0);  // weight 1.8 (the next step: not aged); counts as 2 ms
+  EXPECT_NEAR(q.factor(1, pos, then), 1 + 0.25 * (2 - 1) / 1.8, 1e-12);
+  q.observe(1, pos, 0.5e-3, 1e-3, 0);
+  EXPECT_NEAR(q.factor(1, pos, then), 0.5, 1e-12);
+  // A row count not measured for a while has aged: its next measurement
+  // moves it further than it would have.
+  MeasuredVerifyCost fresh, stale;
+  for (MeasuredVerifyCost* c : {&fresh, &stale})
+    for (int i = 0; i < 10; ++i) c->observe(1, pos, 1e-3, 1e-3, 0);
+  for (int i = 0; i < 32; ++i) stale.observe(2, pos, 2e-3, 1e-3, 0);
+  EXPECT_LT(stale.weight(1, pos), fresh.weight(1, pos));
+  fresh.observe(1, pos, 2e-3, 1e-3, 0);
+  stale.observe(1, pos, 2e-3, 1e-3, 0);
+  EXPECT_GT(stale.factor(1, pos, then), fresh.factor(1, pos, then));
+}
+
+// A draft that is never right, on a noisy machine: a decode step costs
+// 0.5 ms and a verify step of two rows 1 ms, but one step in four is
+// descheduled for 4 ms, the first measured decode step among them, and the
+// price's per-step cost follows the noise (a fit whose per-row cost came
+// out 0). The loop the engine runs: choose, recheck, probe, run, record.
+// Rechecks and the floor (a verify step never priced below its decode
+// step) keep the gate from drafting after its first steps; without
+// rechecks, the one-row price measured in the descheduled first step would
+// never be measured again, and the gate would draft every step.
+TEST(SpecGate, ADraftThatIsNeverRightStopsOnANoisyMachine) {
+  auto loop = [](bool rechecks, int64_t* n_rechecks) {
+    SplitMix64 g{7};
+    MeasuredVerifyCost m;
+    AcceptanceEstimate est;
+    ProbeSchedule probe;
+    PriceRecheck recheck;
+    StepPrice price{0.8e-3, 0, 0};
+    int drafted = 0;
+    int64_t pos = 100;
+    // The learning phase: one decode step (descheduled), one verify step.
+    m.observe(1, pos, 4.5e-3, price.per_step, double(pos + 1));
+    m.observe(2, pos + 1, 1e-3, price.per_step, double(2 * pos + 5));
+    pos += 2;
+    for (int step = 0; step < 160; ++step, ++pos) {
+      std::vector<GateSeq> one = {{pos, est.alpha(0.05), 1}};
+      std::vector<int> k(1);
+      double undrafted = 0;
+      const double v = choose_draft_lengths(one, price, 0, 0, k, &m, &undrafted);
+      if (k[0] > 0 && rechecks && recheck.due(v, undrafted)) {
+        k[0] = 0;
+        ++*n_rechecks;
+      } else if (k[0] > 0) {
+        probe.drafted();
+      } else if (probe.idle_step()) {
+        k[0] = 1;
+      }
+      if (k[0] == 0) recheck.ran_undrafted();
+      const int rows = 1 + k[0];
+      const double seconds = 0.5e-3 * rows + (g.below(4) == 0 ? 4e-3 : 0);
+      m.observe(rows, pos, seconds, price.per_step, double(rows * (pos + 1)));
+      price.per_step += 0.3 * (seconds - price.per_step);  // the fit follows the noise
+      if (k[0] > 0) {
+        ++drafted;
+        est.update(1, 0);
+        probe.verified(false);
+      }
+    }
+    return drafted;
+  };
+  int64_t n_rechecks = 0, unused = 0;
+  const int with = loop(true, &n_rechecks);
+  const int without = loop(false, &unused);
+  std::printf(
+      "[ measured ] never right, noisy: %d of 160 steps drafted with rechecks (%lld "
+      "rechecks), %d without\n",
+      with, static_cast<long long>(n_rechecks), without);
+  EXPECT_LT(with, 160 / 4);
+  EXPECT_GT(without, 160 / 2);
+}
+
+// Rechecks: one choice in kInterval (on average; each interval drawn from
+// kMinInterval to kMaxInterval) that wins narrowly runs undrafted; a wide
+// win never does; a step that ran undrafted starts the count over.
+TEST(SpecGate, RechecksComeOnlyWhileDraftingWinsNarrowly) {
+  PriceRecheck r;
+  for (int i = 0; i < 100; ++i) EXPECT_FALSE(r.due(2.0, 1.0));  // a wide win
+  auto until_due = [&r] {
+    int n = 1;
+    while (!r.due(1.1, 1.0)) ++n;
+    return n;
+  };
+  EXPECT_EQ(until_due(), PriceRecheck::kInterval);
+  std::vector<int> seen(PriceRecheck::kMaxInterval + 1, 0);
+  int sum = 0;
+  for (int i = 0; i < 700; ++i) {
+    const int n = until_due();
+    ASSERT_GE(n, PriceRecheck::kMinInterval);
+    ASSERT_LE(n, PriceRecheck::kMaxInterval);
+    ++seen[size_t(n)];
+    sum += n;
+  }
+  for (int n = PriceRecheck::kMinInterval; n <= PriceRecheck::kMaxInterval; ++n)
+    EXPECT_GT(seen[size_t(n)], 50) << "interval " << n;
+  EXPECT_NEAR(sum / 700.0, PriceRecheck::kInterval, 0.3);
+  // An undrafted step starts the count over.
+  for (int i = 0; i < 50; ++i) {
+    for (int j = 1; j < PriceRecheck::kMinInterval; ++j) ASSERT_FALSE(r.due(1.1, 1.0));
+    r.ran_undrafted();
+    EXPECT_GE(until_due(), PriceRecheck::kMinInterval);
   }
 }
 
