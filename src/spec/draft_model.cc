@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "spec/draw.h"
 
@@ -134,7 +135,7 @@ void DraftModelProposer::propose_batch(std::span<Job> jobs) {
     return;
   }
   std::vector<size_t> active(live.size());
-  for (size_t i = 0; i < live.size(); ++i) active[i] = i;
+  std::iota(active.begin(), active.end(), size_t{0});
   std::vector<char> keep;
   draw_rows(live, st, active, keep);
   active.clear();
