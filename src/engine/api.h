@@ -159,6 +159,16 @@ struct Request {
   // > 0: this request's own TPOT target (ms); it can only tighten the
   // engine's (EngineConfig::tpot_target_ms).
   double tpot_target_ms = 0;
+  // For measurement only (`bench --fill random`; the server never sets it):
+  // the K/V of every prompt token but the last are random values written
+  // straight into the sequence's pages (kv/random_fill.h) instead of
+  // computed, so decode at a depth is timed without its prefill (a 32K
+  // prefill of a 1B model takes many minutes on 2 cores). Attention's cost
+  // does not depend on the values it reads; what such a request generates
+  // means nothing. Its pages never enter the prefix cache. Refused over
+  // ranks, with sliding-window layers, with images, and with the draft and
+  // MTP proposers (their own KV would need the prefill skipped here).
+  bool synthetic_prefix = false;
 };
 constexpr int32_t kMaxTopLogprobs = 20;
 constexpr int kMaxParallel = 256;

@@ -158,6 +158,21 @@ Expected<Stream> Engine::submit(Request r) {
                  "request: tpot_target_ms must be in [0, 1e6] (0 = the server's), got {}",
                  r.tpot_target_ms);
   SUSTAIN_TRY(sampling::validate(r.sampling));
+  if (r.synthetic_prefix) {
+    const char* why = nullptr;
+    if (config_.ranks != nullptr)
+      why = "over ranks (each rank would need the same random K/V)";
+    else if (kv_geometry().windowed())
+      why = "with sliding-window layers";
+    else if (r.media)
+      why = "with images in the prompt";
+    else if (r.speculative && (config_.spec.uses("draft") || config_.spec.uses("mtp")))
+      why = "with the draft or mtp proposer (its own KV would need the prompt computed)";
+    if (why != nullptr)
+      return error(Code::kUnsupported,
+                   "request: a random-filled prompt (bench --fill random) is not supported {}",
+                   why);
+  }
   return impl_->submit(std::move(r));
 }
 

@@ -8,6 +8,7 @@
 #include "dist/comm.h"
 #include "engine/ranks.h"
 #include "engine/relay.h"
+#include "kv/random_fill.h"
 
 namespace sustain::engine {
 namespace {
@@ -28,6 +29,18 @@ void observe(Histogram& h, double v) {
   ++h.counts[i];
   h.sum += v;
   ++h.count;
+}
+
+// The seed of a random-filled prompt's K/V (Request::synthetic_prefix): the
+// same prompt gets the same values, so runs of one prompt decode alike (an
+// oracle's recorded continuation stays valid).
+uint64_t prompt_seed(const Seq& s) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the prompt's ids
+  for (int64_t i = 0; i < s.n_prompt; ++i) {
+    h ^= static_cast<uint32_t>(s.tokens[static_cast<size_t>(i)]);
+    h *= 0x100000001b3ull;
+  }
+  return h;
 }
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -283,7 +296,8 @@ void Scheduler::drain_inbox() {
 }
 
 void Scheduler::finish(Seq& s, Finish f, Status err) {
-  if (prefix && f != Finish::kError) prefix->insert(s.table, s.tokens, s.n_computed);
+  if (prefix && f != Finish::kError && !s.st->req.synthetic_prefix)
+    prefix->insert(s.table, s.tokens, s.n_computed);
   // What proposers learn across requests: only whole answers, and only from
   // requests that may speculate (an opted-out request stays invisible).
   if ((f == Finish::kStop || f == Finish::kLength) && s.st->req.speculative &&
@@ -360,7 +374,8 @@ void Scheduler::admit() {
                   waiting.begin() + static_cast<std::ptrdiff_t>(pick) + 1);
     Seq& s = *waiting.front();
     const int64_t n = static_cast<int64_t>(s.tokens.size());
-    const int64_t matched = prefix ? prefix->attach(s.table, s.tokens, n - 1) : 0;
+    const bool synthetic = s.st->req.synthetic_prefix;
+    const int64_t matched = prefix && !synthetic ? prefix->attach(s.table, s.tokens, n - 1) : 0;
     const int64_t need = cache->pages_needed(s.table, n - matched);
     const int64_t avail = cache->n_free_pages() + (prefix ? prefix->evictable() : 0);
     // Keep a page of growth for each running sequence, so a sequence just
@@ -370,7 +385,20 @@ void Scheduler::admit() {
       break;
     }
     s.n_computed = matched;
-    s.snapshot_at = next_snapshot(s);
+    if (synthetic) {
+      // Random K/V for the prompt but its last token (Request::synthetic_prefix);
+      // generated tokens of a preempted sequence are recomputed as usual.
+      const Status f = kv::fill_random(*cache, s.table, s.n_prompt - 1, prompt_seed(s));
+      if (!f) {
+        cache->release(s.table);
+        queued.fetch_sub(1);
+        finish(s, Finish::kError, f);
+        waiting.pop_front();
+        continue;
+      }
+      s.n_computed = s.n_prompt - 1;
+    }
+    s.snapshot_at = synthetic ? 0 : next_snapshot(s);
     if (!s.admitted_once) {
       s.admitted_once = true;
       s.t_start = Clock::now();
@@ -378,7 +406,7 @@ void Scheduler::admit() {
       st.prompt_tokens += static_cast<uint64_t>(s.n_prompt);
       if (matched > 0) ++st.prefix_cache_hits;
     }
-    st.prompt_tokens_computed += static_cast<uint64_t>(n - matched);
+    st.prompt_tokens_computed += static_cast<uint64_t>(n - s.n_computed);
     s.admit_order = ++admit_counter;
     running.push_back(std::move(waiting.front()));
     waiting.pop_front();
@@ -655,7 +683,7 @@ Status Scheduler::forward(Batch& b, float* logits, float* hidden) {
 void Scheduler::preempt(size_t i) {
   std::unique_ptr<Seq> s = std::move(running[i]);
   running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
-  if (prefix) prefix->insert(s->table, s->tokens, s->n_computed);
+  if (prefix && !s->st->req.synthetic_prefix) prefix->insert(s->table, s->tokens, s->n_computed);
   cache->release(s->table);
   forget_drafts(*s);
   s->table = kv::PageTable{};

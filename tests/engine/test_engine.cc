@@ -584,6 +584,124 @@ TEST(Engine, MaxQueueZeroTakesWhatCanStartNow) {
   EXPECT_EQ(tokens, 4);
 }
 
+// Request::synthetic_prefix (bench --fill random): the prompt's K/V but the
+// last token's are random, written without a forward. Only one prompt
+// token is computed, the same prompt decodes the same tokens again (an
+// oracle's recorded path holds), the random pages never reach the prefix
+// cache (the real request after them computes its whole prompt), every
+// page comes back, and sequences preempted under a small pool come back
+// with the same fill and the same tokens.
+Request random_filled(std::vector<int32_t> prompt, int n) {
+  Request r = greedy(std::move(prompt), n);
+  r.synthetic_prefix = true;
+  return r;
+}
+
+TEST(Engine, RandomFilledPromptsDecodeWithoutAPrefill) {
+  auto e = make(base_config());
+  ASSERT_TRUE(e);
+  const std::vector<int32_t> p = prompt_of(700, 21);
+  auto run = [&](Request r) {
+    auto s = e->submit(std::move(r));
+    EXPECT_TRUE(s.has_value()) << s.status().message();
+    return s ? s->wait() : Event{};
+  };
+  const uint64_t computed0 = e->stats().prompt_tokens_computed;
+  const Event a = run(random_filled(p, 12));
+  EXPECT_EQ(a.finish, Finish::kLength);
+  EXPECT_EQ(a.usage.completion_tokens, 12);
+  EXPECT_EQ(e->stats().prompt_tokens_computed - computed0, 1u);
+  const Event b = run(random_filled(p, 12));
+  EXPECT_EQ(ids(b), ids(a));
+  EXPECT_EQ(b.usage.cached_prompt_tokens, 0);
+  // Not what the model computes from the prompt itself.
+  const Event real = run(greedy(p, 12));
+  EXPECT_EQ(real.usage.cached_prompt_tokens, 0);
+  EXPECT_EQ(ids(real), direct_greedy(model_path(), p, 12));
+  EXPECT_NE(ids(real), ids(a));
+  EXPECT_EQ(e->stats().prompt_tokens_computed - computed0, 702u);
+  EXPECT_EQ(e->stats().kv_pages_used, 0);
+}
+
+TEST(Engine, RandomFilledPromptsSurvivePreemption) {
+  EngineConfig c = base_config();
+  c.n_ctx = 256;
+  c.n_parallel = 4;
+  c.kv_tokens = 320;  // as the preemption test above: four cannot all fit
+  c.deterministic = true;
+  c.prefix_cache = false;
+  auto small = make(c);
+  c.kv_tokens = 0;
+  auto roomy = make(c);
+  ASSERT_TRUE(small && roomy);
+  std::vector<Stream> streams;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(prompt_of(60, 400 + i));
+    auto s = small->submit(random_filled(prompts.back(), 120));
+    ASSERT_TRUE(s.has_value()) << s.status().message();
+    streams.push_back(std::move(*s));
+  }
+  int preempted = 0;
+  for (int i = 0; i < 4; ++i) {
+    const Event ev = streams[i].wait();
+    EXPECT_EQ(ev.finish, Finish::kLength);
+    preempted += ev.usage.preemptions;
+    auto alone = roomy->submit(random_filled(prompts[i], 120));
+    ASSERT_TRUE(alone.has_value());
+    EXPECT_EQ(ids(ev), ids(alone->wait())) << "request " << i;
+  }
+  EXPECT_GT(preempted, 0);
+  EXPECT_EQ(small->stats().kv_pages_used, 0);
+}
+
+// A hybrid model's recurrent state is filled too; the configurations a
+// random fill cannot serve are refused, naming why.
+TEST(Engine, RandomFilledPromptsOnAHybridAndWhereRefused) {
+  {
+    EngineConfig c = base_config();
+    c.spec.types = {"draft"};
+    c.spec.draft_model = model_path();
+    auto e = make(c);
+    ASSERT_TRUE(e);
+    auto s = e->submit(random_filled(prompt_of(50, 1), 4));
+    ASSERT_FALSE(s.has_value());
+    EXPECT_EQ(s.status().code(), Code::kUnsupported);
+    EXPECT_NE(s.status().message().find("draft or mtp"), std::string::npos) << s.status().message();
+    Request opted_out = random_filled(prompt_of(50, 1), 4);
+    opted_out.speculative = false;  // no proposer runs for it: allowed
+    auto ok = e->submit(std::move(opted_out));
+    ASSERT_TRUE(ok.has_value()) << ok.status().message();
+    EXPECT_EQ(ok->wait().finish, Finish::kLength);
+  }
+  SUSTAIN_REQUIRE_REF();
+  {
+    EngineConfig c = base_config();
+    c.model_path = test::ref_path("models/tiny-gemma3-f32.gguf");
+    auto e = make(c);
+    ASSERT_TRUE(e);
+    auto s = e->submit(random_filled(prompt_of(50, 1), 4));
+    ASSERT_FALSE(s.has_value());
+    EXPECT_NE(s.status().message().find("sliding-window"), std::string::npos)
+        << s.status().message();
+  }
+  EngineConfig c = base_config();
+  c.model_path = test::ref_path("models/tiny-qwen35-f32.gguf");
+  c.n_ctx = 4096;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  const std::vector<int32_t> p = prompt_of(3000, 8);
+  auto a = e->submit(random_filled(p, 8));
+  ASSERT_TRUE(a.has_value()) << a.status().message();
+  const Event ea = a->wait();
+  EXPECT_EQ(ea.finish, Finish::kLength);
+  auto b = e->submit(random_filled(p, 8));
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(ids(b->wait()), ids(ea));
+  EXPECT_EQ(e->stats().state_snapshots_saved, 0u);
+  EXPECT_EQ(e->stats().kv_pages_used, 0);
+}
+
 TEST(Engine, BadRequestsNameTheProblem) {
   auto e = make(base_config());
   ASSERT_TRUE(e);
