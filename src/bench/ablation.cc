@@ -400,7 +400,9 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
                 {"tok_s_p95", full[k]["decode"]["tok_s_p95"]},
                 {"tpot_ms_p50", full[k]["decode"]["tpot_ms_p50"]},
                 {"tok_s_spread", full[k]["decode"]["tok_s_spread"]},
-                {"prefill_tok_s", full[k]["prefill"]["tok_s"]},
+                {"prefill_tok_s", full[k]["prefill"].value("fill", "prefill") == "random"
+                                      ? json()
+                                      : full[k]["prefill"]["tok_s"]},
                 {"kv_bytes", full[k]["kv_bytes"]},
                 {"spec", full[k]["spec"]},
                 {"delta_pct", nullptr}};

@@ -71,10 +71,12 @@ json ladder_json(const std::vector<LadderRung>& rungs, const ModelCost& cost,
         {"tokens_per_rep", r.n_tokens},      {"visible_tokens_per_rep", r.rep_visible_tokens},
         {"reps", r.rep_gaps_s.size()},       {"samples_ms", samples}};
     const double ttft_ms = r.fill_ttft_s * 1e3;
-    json prefill = {{"tok_s", r.fill_ttft_s > 0 ? r.fill_new_tokens / r.fill_ttft_s : 0.0},
-                    {"ttft_ms", ttft_ms},
-                    {"from_ctx", r.fill_from},
-                    {"new_tokens", r.fill_new_tokens}};
+    json prefill = {
+        {"tok_s", r.fill_ttft_s > 0 && !r.random_fill ? r.fill_new_tokens / r.fill_ttft_s : 0.0},
+        {"ttft_ms", ttft_ms},
+        {"from_ctx", r.fill_from},
+        {"new_tokens", r.fill_new_tokens},
+        {"fill", r.random_fill ? "random" : "prefill"}};
     json bound = {{"at_ctx", at}};
     if (bw) {
       const Bound b = decode_bound(cost, at, bw->read_gbps_best, bw->fma_gflops_best);

@@ -21,6 +21,9 @@ struct LadderRung {
   // from the prefix cache (the previous rung), so fill_new_tokens were computed.
   int64_t fill_from = 0, fill_new_tokens = 0;
   double fill_ttft_s = 0;
+  // --fill random: the prompt's K/V were random values, not a prefill, so
+  // fill_ttft_s times the random fill and one token's forward.
+  bool random_fill = false;
   int n_tokens = 0;                             // tokens generated per repetition
   // Per timed repetition: each token's share of the decode time after the
   // first token (per_token_decode_s: the gaps between tokens, a verify

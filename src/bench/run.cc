@@ -319,6 +319,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   lo.reps = c.reps;
   lo.seed = c.seed;
   lo.chain = c.chain;
+  lo.random_fill = c.random_fill;
   lo.budget_s = budget;
   lo.progress = progress;
   auto ladder = run_context_ladder(e, lo);
@@ -339,7 +340,14 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   for (const auto& r : ladder->rungs) measured_ctx.push_back(r.ctx);
 
   std::vector<PrefillPoint> points;
+  if (c.random_fill)
+    report["notes"].push_back(
+        "--fill random: the context ladder's prompts were filled with random K/V, not "
+        "prefilled; its decode figures are timed at each depth over those values (attention "
+        "costs the same whatever it reads), its prefill figures are not measured, and what it "
+        "generated means nothing");
   for (const auto& r : ladder->rungs) {
+    if (r.random_fill) continue;  // no prefill was timed
     PrefillPoint p;
     p.source = "ladder";
     p.from_ctx = r.fill_from;
@@ -414,6 +422,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
         {"n_tokens", c.n_tokens},
         {"reps", c.reps},
         {"warmup", "1 request per rung (the timed fill)"},
+        {"ladder_fill", c.random_fill ? "random" : "prefill"},
         {"ladder_method",
          "each rung's prompt extends the previous one; the prefix cache serves the shared "
          "pages, so the fill computes only the new tail at depth from_ctx"},

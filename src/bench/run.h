@@ -40,6 +40,9 @@ struct BenchConfig {
   // is greedy.
   BenchChain chain;
   int reps = 3;       // timed repetitions per rung, after a warm-up
+  // --fill random: the ladders' prompts get random K/V instead of a prefill
+  // (LadderOptions::random_fill); their prefill is then not measured.
+  bool random_fill = false;
   int threads = 0;    // 0: every core this process may use
   std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk / -ctv spellings
   bool kv_tiled = true;                                    // KV page layout

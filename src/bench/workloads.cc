@@ -37,8 +37,9 @@ Expected<OneRun> run_one(engine::Engine& e, std::vector<int32_t> prompt, int32_t
                          BenchClock::time_point origin, bool sample_kv,
                          const std::shared_ptr<const sampling::ConstraintFactory>& constraint,
                          const sampling::SamplerConfig& sampler = bench_sampler(),
-                         int32_t top_logprobs = -1) {
+                         int32_t top_logprobs = -1, bool random_fill = false) {
   engine::Request req;
+  req.synthetic_prefix = random_fill;
   req.prompt = std::move(prompt);
   req.max_tokens = max_tokens;
   req.sampling = sampler;
@@ -296,12 +297,16 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
     r.ctx = L;
     r.n_tokens = opt.n_tokens;
     r.speculative = e.config().spec.enabled();
+    r.random_fill = opt.random_fill;
     // The fill (timed) doubles as the warm-up of this rung's decode.
     SUSTAIN_ASSIGN_OR_RETURN(
-        OneRun fill, run_one(e, head(prompt, L), opt.n_tokens, origin, false, opt.constraint,
-                             bench_sampler(opt.chain, opt.seed), opt.chain.top_logprobs));
+        OneRun fill,
+        run_one(e, head(prompt, L), opt.n_tokens, origin, false, opt.constraint,
+                bench_sampler(opt.chain, opt.seed), opt.chain.top_logprobs, opt.random_fill));
     r.fill_from = fill.usage.cached_prompt_tokens;
-    r.fill_new_tokens = fill.usage.prompt_tokens - fill.usage.cached_prompt_tokens;
+    // A random fill computes the prompt's last token only.
+    r.fill_new_tokens =
+        opt.random_fill ? 1 : fill.usage.prompt_tokens - fill.usage.cached_prompt_tokens;
     r.fill_ttft_s = fill.timing.token_times.front() - fill.timing.t_submit;
     fill_from.push_back(static_cast<double>(r.fill_from));
     fill_to.push_back(static_cast<double>(L));
@@ -311,9 +316,9 @@ Expected<LadderResult> run_context_ladder(engine::Engine& e, const LadderOptions
         opt.progress("ladder", base + step * (rep + 1) / (opt.reps + 1),
                      fmt::format("ctx {}: decode rep {}/{}", L, rep + 1, opt.reps));
       SUSTAIN_ASSIGN_OR_RETURN(
-          OneRun run,
-          run_one(e, head(prompt, L), opt.n_tokens, origin, rep == 0, opt.constraint,
-                  bench_sampler(opt.chain, opt.seed + rep + 1), opt.chain.top_logprobs));
+          OneRun run, run_one(e, head(prompt, L), opt.n_tokens, origin, rep == 0, opt.constraint,
+                              bench_sampler(opt.chain, opt.seed + rep + 1), opt.chain.top_logprobs,
+                              opt.random_fill));
       const auto& tt = run.timing.token_times;
       SUSTAIN_ASSIGN_OR_RETURN(std::vector<double> gaps, per_token_decode_s(tt, run.token_steps));
       const double span = tt.size() >= 2 ? tt.back() - tt.front() : 0.0;

@@ -69,6 +69,11 @@ struct LadderOptions {
   // grammar / JSON-schema request would be (--ablate grammar=).
   std::shared_ptr<const sampling::ConstraintFactory> constraint;
   BenchChain chain;  // bench_sampler's
+  // --fill random: every request's prompt but its last token gets random
+  // K/V instead of a prefill (engine::Request::synthetic_prefix), so a deep
+  // rung costs its decode, not minutes of prefill; the rungs' prefill
+  // figures are then not measured.
+  bool random_fill = false;
 };
 struct LadderResult {
   std::vector<LadderRung> rungs;

@@ -50,6 +50,7 @@ struct BenchArgs {
   std::string ctx;
   int n_tokens = 32;
   int reps = 3;
+  std::string fill = "prefill";
   int threads = 0;
   std::string cache_type_k = "f16", cache_type_v = "f16";
   std::string kv_layout = "tiled";
@@ -159,6 +160,7 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
   c.budget_s = a.budget;
   c.n_tokens = a.n_tokens;
   c.reps = a.reps;
+  c.random_fill = a.fill == "random";
   c.threads = a.threads > 0 ? a.threads : default_threads();
   c.cache_type_k = a.cache_type_k;
   c.cache_type_v = a.cache_type_v;
@@ -223,6 +225,10 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
     if (!a.images.empty() || !a.mmproj.empty())
       return error(Code::kInvalidArgument,
                    "--mmproj/--image measure the in-process engine; not with --url");
+    if (c.random_fill)
+      return error(Code::kInvalidArgument,
+                   "--fill random fills the in-process context ladder's cache; --url runs no "
+                   "ladder (a server's prompts are always prefilled)");
     SUSTAIN_ASSIGN_OR_RETURN(c.concurrency, parse_list(a.concurrency, "--concurrency"));
     SUSTAIN_ASSIGN_OR_RETURN(c.rates, parse_rates(a.rates));
     return c;
@@ -395,6 +401,14 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("-n,--n-predict", a->n_tokens, "tokens generated per request")
       ->capture_default_str();
   sub->add_option("-r,--repetitions", a->reps, "timed repetitions per rung, after a warm-up")
+      ->capture_default_str();
+  sub->add_option("--fill", a->fill,
+                  "how the context ladder's prompts get their K/V: prefill (computed, timed as "
+                  "the rung's prefill) or random (random values written straight into the "
+                  "cache, then decode timed at that depth: a 32K rung costs seconds instead of "
+                  "minutes of prefill; prefill is not measured, the text generated means "
+                  "nothing; not over ranks, with sliding-window layers, or with spec=draft/mtp)")
+      ->check(CLI::IsMember({"prefill", "random"}))
       ->capture_default_str();
   sub->add_option("-t,--threads", a->threads, "worker threads (default: all cores)")
       ->check(CLI::Range(1, 1024));

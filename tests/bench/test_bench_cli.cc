@@ -309,6 +309,45 @@ TEST(CliBench, OracleRowCountsSpeculationInEachContext) {
   EXPECT_NE(bad.err.find("telepathy"), std::string::npos) << bad.err;
 }
 
+// --fill random: the ladder's prompts get random K/V instead of a prefill.
+// Every cell says so and computed one prompt token, the prefill section
+// takes no points from the ladder, a note says what the figures mean, and
+// an oracle keeps its first pass's path over the fill (the same prompt gets
+// the same values). A proposer with a KV of its own is refused, by name.
+TEST(CliBench, RandomFillTimesDecodeAtDepthWithoutAPrefill) {
+  const std::string dir = tmp_path("bench_cli_random_fill");
+  CliResult r;
+  const json j = quick_bench(tiny_model(),
+                             "--ctx 64,1024 -n 16 -r 2 --batch-invariant --fill random "
+                             "--ablate spec=oracle:1,draft=4,gate=off",
+                             dir, &r);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(j["conditions"]["workload"]["ladder_fill"], "random");
+  ASSERT_EQ(j["ladder"].size(), 2u);
+  for (const auto& cell : j["ladder"]) {
+    EXPECT_EQ(cell["prefill"]["fill"], "random") << cell.dump();
+    EXPECT_EQ(cell["prefill"]["new_tokens"], 1) << cell.dump();
+    EXPECT_GT(cell["decode"]["tok_s_p50"].get<double>(), 0.0) << cell.dump();
+  }
+  if (j["prefill"].contains("points"))
+    for (const auto& q : j["prefill"]["points"]) EXPECT_NE(q["source"], "ladder") << q.dump();
+  EXPECT_NE(j["notes"].dump().find("--fill random"), std::string::npos) << j["notes"].dump();
+  const json& rows = j["ablation"]["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& cell : rows[1]["ladder"]) {
+    EXPECT_TRUE(cell["prefill_tok_s"].is_null()) << cell.dump();
+    const json& sp = cell["spec"];
+    ASSERT_TRUE(sp.is_object()) << cell.dump();
+    EXPECT_GT(sp["drafted"].get<int64_t>(), 0) << cell.dump();
+    EXPECT_EQ(sp["accepted"], sp["drafted"]) << cell.dump();
+  }
+  const json jd = quick_bench(
+      tiny_model(), "--ctx 64 -n 8 -r 1 --fill random --spec draft --draft-model " + tiny_model(),
+      dir, &r);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("draft or mtp"), std::string::npos) << r.err;
+}
+
 // --verify-curve: every ladder depth gets each k's verify step timed (k = 0
 // added), the ratios to k = 0, and the best k at each acceptance; the
 // Markdown table and the two HTML charts show it. A hybrid model's state is
@@ -553,6 +592,8 @@ TEST(CliBench, BadFlagsAreNamed) {
       {"--url http://127.0.0.1:1 --json-schema " + tmp_path("no_such_schema.json"),
        "no_such_schema.json: cannot open"},
       {"--url http://127.0.0.1:1 --json-schema " + short_text(), "not a JSON object"},
+      {"-m " + tiny_model() + " --ctx 64 --fill sideways", "--fill"},
+      {"--url http://127.0.0.1:1 --fill random", "--url runs no ladder"},
   };
   for (const auto& c : cases) {
     auto r = run_cli("bench " + c.args + " --bw-mib 64 --bw-reps 1 -o " + tmp_path("bench_bad"));
