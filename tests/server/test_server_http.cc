@@ -383,6 +383,13 @@ TEST(ServerHttp, SpeculativeDecodingKeepsTheTextAndCountsDrafts) {
   const std::string m = metrics(c);
   EXPECT_EQ(metric_value(m, "sustain_spec_draft_tokens_total"), sp["drafted"].get<double>());
   EXPECT_EQ(metric_value(m, "sustain_spec_accepted_tokens_total"), sp["accepted"].get<double>());
+  // The gate's counters are exported (how many steps it kept from
+  // drafting, probed and rechecked; docs/server.md), as counters.
+  for (const char* g : {"sustain_spec_gate_skipped_total", "sustain_spec_gate_probes_total",
+                        "sustain_spec_gate_rechecks_total"}) {
+    EXPECT_GE(metric_value(m, g), 0) << g << "\n" << m;
+    EXPECT_NE(m.find(std::string("# TYPE ") + g + " counter"), std::string::npos) << g;
+  }
   Reply bad = post(c, "/v1/completions", json{{"prompt", "x"}, {"speculative", 3}});
   EXPECT_EQ(bad.status, 400) << bad.body.dump();
 }
