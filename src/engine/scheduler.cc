@@ -463,6 +463,13 @@ int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
   for (Seq* s : decoding) {
     left -= 1;
     if (proposers.empty() || !s->st->req.speculative || left <= 0) continue;
+    // Not before the prompt's last token is computed: its first token is
+    // then always drawn by plain sampling. A draft there (a prompt whose
+    // last chunk was one token, a prefix-cache hit, a random fill) verifies
+    // it by rejection sampling, which draws other random numbers: the same
+    // distribution, but a seeded request's tokens would depend on how its
+    // prompt happened to be chunked.
+    if (s->n_computed < s->n_prompt) continue;
     const int64_t n_tok = static_cast<int64_t>(s->tokens.size());
     // Never draft past max_tokens or the context (the last emitted token
     // needs no draft after it), nor past the step's token budget.

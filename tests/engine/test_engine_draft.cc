@@ -365,6 +365,47 @@ TEST(EngineDraft, VerifyRowsDrawnOverThePoolAreWhatSerialDraws) {
   EXPECT_EQ(sp.draft_kv_pages_used, 0);
 }
 
+// A seeded request at a temperature draws the same tokens whether its
+// prompt was computed or came from the prefix cache: its first token is
+// always drawn by plain sampling, never verified as a draft (a cached
+// prompt leaves only its last token to compute, which used to make the
+// first step a verify step, and rejection sampling draws other random
+// numbers). The same for a prompt whose last chunk was one token, which
+// the TPOT target's chunking made depend on timing.
+TEST(EngineDraft, ASeededRequestDrawsTheSameWithOrWithoutItsCachedPrompt) {
+  SUSTAIN_REQUIRE_REF();
+  EngineConfig c = config(true, 1, 4);
+  c.batch_invariant = true;
+  auto warm = make(c);
+  auto cold = make(c);
+  ASSERT_TRUE(warm && cold);
+  // Two pages and one token: the cache holds all but the last token.
+  auto prompt = warm->tokenizer().encode(
+      "Once upon a time, there was a little dog named Max. Max liked to play in the park with "
+      "his friend Lily. One day, Lily and Max went to the park to play with a big red ball. "
+      "They ran and jumped and laughed. Then it started to rain, so they ran home.",
+      true, false);
+  ASSERT_TRUE(prompt.has_value());
+  ASSERT_GT(prompt->size(), 65u);
+  prompt->resize(65);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE(seed);
+    Request r;
+    r.prompt = *prompt;
+    r.max_tokens = 24;
+    r.sampling.temperature = 0.9f;
+    r.sampling.seed = seed;
+    const auto first = run_all(*warm, {r});  // fills warm's prefix cache
+    const auto cached = run_all(*warm, {r});
+    const auto computed = run_all(*cold, {r});
+    ASSERT_EQ(cached.size(), 1u);
+    EXPECT_EQ(cached[0].usage.cached_prompt_tokens, 64);
+    EXPECT_EQ(ids(cached[0]), ids(first[0]));
+    EXPECT_EQ(ids(cached[0]), ids(computed[0]));
+    EXPECT_GT(cached[0].usage.spec_drafted, 0);
+  }
+}
+
 TEST(EngineDraft, OtherVocabularyAndRecurrentDraftsAreRefused) {
   SUSTAIN_REQUIRE_REF();
   EngineConfig c = config(true, 1);
