@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/fnv1a.h"
+
 namespace sustain::engine {
 
 Expected<MediaStyle> media_style(std::string_view projector_type) {
@@ -70,10 +72,7 @@ Expected<int32_t> single_token(const tokenizer::Tokenizer& tok, const std::strin
 // FNV-1a over the rows' bytes, then a mix per index (splitmix64's
 // finalizer), folded to a negative int32.
 uint64_t hash_rows(const std::vector<float>& e) {
-  uint64_t h = 1469598103934665603ull;
-  const auto* b = reinterpret_cast<const unsigned char*>(e.data());
-  for (size_t i = 0; i < e.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
+  return fnv1a_bytes(e.data(), e.size() * sizeof(float));
 }
 
 int32_t image_key(uint64_t h, int64_t index) {

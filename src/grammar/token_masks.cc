@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "base/fnv1a.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sustain::grammar {
@@ -53,9 +54,7 @@ bool TokenVocab::is_eog(int32_t id) const {
 }
 
 size_t VecHash::operator()(const std::vector<uint32_t>& k) const {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (uint32_t x : k) h = (h ^ x) * 0x100000001b3ull;
-  return static_cast<size_t>(h);
+  return static_cast<size_t>(fnv1a_ids(std::span<const uint32_t>(k)));
 }
 
 std::shared_ptr<const TokenMask> SharedMasks::find(const std::vector<uint32_t>& key) const {

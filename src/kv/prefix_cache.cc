@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "base/fnv1a.h"
+
 namespace sustain::kv {
 
 PrefixCache::PrefixCache(KvCache& cache, int32_t state_snapshots) : cache_(cache) {
@@ -35,15 +37,8 @@ uint64_t PrefixCache::key_of(uint64_t parent, std::span<const int32_t> page_toke
   // FNV-1a over the parent key and the token ids, then a final avalanche
   // (splitmix64) so nearby prefixes spread over the map. Collisions are ruled
   // out by comparing tokens and parent on lookup; 0 is reserved for "no parent".
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
-  mix(parent);
-  for (int32_t t : page_tokens) mix(static_cast<uint32_t>(t));
+  uint64_t h = fnv1a_u64(parent);
+  for (int32_t t : page_tokens) h = fnv1a_u64(static_cast<uint32_t>(t), h);
   h += 0x9e3779b97f4a7c15ull;
   h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
   h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/fnv1a.h"
 #include "spec/draw.h"
 
 namespace sustain::spec {
@@ -30,11 +31,7 @@ Expected<std::unique_ptr<MtpProposer>> MtpProposer::create(const Model& target, 
 }
 
 uint64_t MtpProposer::page_key(uint64_t parent, std::span<const int32_t> page) {
-  uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
-  for (int32_t t : page) {
-    h ^= static_cast<uint32_t>(t);
-    h *= 0x100000001b3ull;
-  }
+  const uint64_t h = fnv1a_ids(page, parent ^ 0x9e3779b97f4a7c15ull);
   return h == 0 ? 1 : h;
 }
 

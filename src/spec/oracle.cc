@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "base/fnv1a.h"
 #include "base/splitmix.h"
 
 namespace sustain::spec {
@@ -11,12 +12,7 @@ OracleProposer::OracleProposer(double alpha, int64_t n_vocab, uint64_t seed)
     : alpha_(alpha), n_vocab_(n_vocab), seed_(seed) {}
 
 uint64_t OracleProposer::key(std::span<const int32_t> tokens, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull ^ n;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= static_cast<uint32_t>(tokens[i]);
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return fnv1a_ids(tokens.first(n), kFnv1aBasis ^ n);
 }
 
 void OracleProposer::completed(std::span<const int32_t> tokens, const sampling::SamplerConfig& s) {
