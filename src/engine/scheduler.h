@@ -1,6 +1,9 @@
 // Private to engine/: the step loop (continuous batching with chunked
 // prefill, admission by free KV pages, preemption by recompute) and the
-// sequences it runs. Engine::Impl is this class.
+// sequences it runs. Engine::Impl is this class. Its members are defined in
+// scheduler.cc (creation, submission, the step loop, sampling and emission),
+// scheduler_admit.cc (intake, admission, cancellation, preemption) and
+// scheduler_spec.cc (drafting, the gate, verification and rollback).
 #pragma once
 
 #include <atomic>
