@@ -91,6 +91,9 @@ void Scheduler::admit() {
     if (synthetic) {
       // Random K/V for the prompt but its last token (Request::synthetic_prefix);
       // generated tokens of a preempted sequence are recomputed as usual.
+      // The fill reserves without evicting: the room `avail` counted in
+      // cached prefixes is taken first.
+      if (prefix && need > cache->n_free_pages()) prefix->evict(static_cast<int32_t>(need));
       const Status f = kv::fill_random(*cache, s.table, s.n_prompt - 1, prompt_seed(s));
       if (!f) {
         cache->release(s.table);

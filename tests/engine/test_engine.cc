@@ -655,6 +655,41 @@ TEST(Engine, RandomFilledPromptsSurvivePreemption) {
   EXPECT_EQ(small->stats().kv_pages_used, 0);
 }
 
+// A random fill is admitted where the free pages and the prefix cache's
+// evictable ones cover it, and the fill writes without the reservation
+// that evicts: so the cached prefixes it needs room from are evicted
+// first. (Before, the fill's reservation failed and the request ended in
+// an error, naming the pool.)
+TEST(Engine, RandomFillTakesItsRoomFromCachedPrefixes) {
+  EngineConfig c = base_config();
+  c.kv_tokens = 640;  // 20 pages of 32
+  c.n_ctx = 640;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  auto run = [&](Request r) {
+    auto s = e->submit(std::move(r));
+    EXPECT_TRUE(s.has_value()) << s.status().message();
+    return s ? s->wait() : Event{};
+  };
+  // A real request leaves its 13 full pages in the prefix cache.
+  const Event cached = run(greedy(prompt_of(420, 31), 4));
+  ASSERT_EQ(cached.finish, Finish::kLength) << cached.error.message();
+  const EngineStats before = e->stats();
+  ASSERT_GE(before.kv_pages_cached, 13);
+  ASSERT_EQ(before.kv_pages_total, 20);
+  // A random fill of 500 tokens (16 pages) fits only with some evicted.
+  const Event filled = run(random_filled(prompt_of(500, 32), 4));
+  EXPECT_EQ(filled.finish, Finish::kLength) << filled.error.message();
+  EXPECT_EQ(filled.usage.completion_tokens, 4);
+  // And the fill was written where the evicted prefix was: the same prompt
+  // alone on a fresh engine decodes the same tokens.
+  auto fresh = make(c);
+  ASSERT_TRUE(fresh);
+  auto again = fresh->submit(random_filled(prompt_of(500, 32), 4));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(ids(filled), ids(again->wait()));
+}
+
 // A hybrid model's recurrent state is filled too; the configurations a
 // random fill cannot serve are refused, naming why.
 TEST(Engine, RandomFilledPromptsOnAHybridAndWhereRefused) {
