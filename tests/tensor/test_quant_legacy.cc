@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -359,6 +360,45 @@ TEST(QuantGolden, Q8_0RoundsHalfAwayFromZero) {
   EXPECT_EQ(load_u16(&q[0]), 0x3c00);  // d = 127 / 127
   const int8_t expect[8] = {127, 3, -3, 1, -1, 2, -127, 0};
   for (int j = 0; j < 8; ++j) EXPECT_EQ(static_cast<int8_t>(q[2 + j]), expect[j]) << j;
+}
+
+// The codes are C roundf of x / d wherever it is taken: every half, the
+// floats just either side of it, and random blocks at many scales, against
+// std::round computed here.
+TEST(QuantGolden, Q8_0CodesAreRoundfEverywhere) {
+  std::vector<float> x(kQK, 0.0f);
+  std::vector<float> probes;
+  for (int h = -253; h <= 253; h += 2) {  // the halves -126.5 .. 126.5
+    const float half = 0.5f * static_cast<float>(h);
+    probes.push_back(std::nextafter(half, -200.0f));
+    probes.push_back(half);
+    probes.push_back(std::nextafter(half, 200.0f));
+  }
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.49999997f, -0.49999997f}) probes.push_back(v);
+  // Blocks of 31 probes beside +127 (so d = 1 and each code is round(x)).
+  for (size_t at = 0; at < probes.size(); at += kQK - 1) {
+    x[0] = 127.0f;
+    for (int j = 1; j < kQK; ++j) {
+      const size_t i = at + static_cast<size_t>(j - 1);
+      x[static_cast<size_t>(j)] = i < probes.size() ? probes[i] : 0.0f;
+    }
+    const auto q = q_block(QType::Q8_0, x);
+    for (int j = 0; j < kQK; ++j)
+      EXPECT_EQ(static_cast<int8_t>(q[2 + j]), static_cast<int8_t>(std::round(x[j])))
+          << "x = " << x[j];
+  }
+  std::mt19937 rng(17);
+  for (int b = 0; b < 200; ++b) {
+    std::normal_distribution<float> nd(0.0f, std::ldexp(1.0f, b % 40 - 20));
+    for (float& v : x) v = nd(rng);
+    const auto q = q_block(QType::Q8_0, x);
+    float amax = 0.0f;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < kQK; ++j)
+      ASSERT_EQ(static_cast<int8_t>(q[2 + j]), static_cast<int8_t>(std::round(x[j] * id)))
+          << "block " << b << ", x = " << x[j];
+  }
 }
 
 TEST(QuantGolden, Q8_0CodesUseTheF32Scale) {
