@@ -38,8 +38,9 @@ TEST(Fnv1a, U64IsItsBytesLeastSignificantFirst) {
   const uint64_t v = 0x0123456789abcdefull;
   const unsigned char le[8] = {0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01};
   EXPECT_EQ(fnv1a_u64(v), fnv1a_bytes(le, 8));
-  if constexpr (std::endian::native == std::endian::little)
+  if constexpr (std::endian::native == std::endian::little) {
     EXPECT_EQ(fnv1a_u64(v), fnv1a_bytes(&v, 8));
+  }
   static_assert(fnv1a_u64(0) != kFnv1aBasis);  // usable in constant expressions
 }
 
