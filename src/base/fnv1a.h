@@ -24,8 +24,8 @@ constexpr uint64_t fnv1a_step(uint64_t h, uint64_t v) {
 
 // Over ids, one step per id as an unsigned 32-bit value.
 template <class Int>
-requires std::is_integral_v<Int> &&(sizeof(Int) <= 4) constexpr uint64_t
-    fnv1a_ids(std::span<const Int> ids, uint64_t h = kFnv1aBasis) {
+constexpr uint64_t fnv1a_ids(std::span<const Int> ids, uint64_t h = kFnv1aBasis) {
+  static_assert(std::is_integral_v<Int> && sizeof(Int) <= 4, "ids are 32-bit at most");
   for (Int x : ids) h = fnv1a_step(h, static_cast<uint32_t>(x));
   return h;
 }
