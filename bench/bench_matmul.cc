@@ -213,7 +213,7 @@ SUSTAIN_BATCH_BENCH(BM_Batch_Q4_0_2048x8192, Q4_0, 2048, 8192);
   void NAME(benchmark::State& s) {               \
     run(s, QType::T, OUT, IN, s.range(0), true); \
   }                                              \
-  BENCHMARK(NAME)->Apply(batch_args)->Arg(512)
+  BENCHMARK(NAME)->Apply(batch_args)->Arg(24)->Arg(32)->Arg(64)->Arg(512)
 
 SUSTAIN_REPACKED_BENCH(BM_Repacked_Q8_0_1536x576, Q8_0, 1536, 576);
 SUSTAIN_REPACKED_BENCH(BM_Repacked_Q5_0_1536x576, Q5_0, 1536, 576);

@@ -39,6 +39,21 @@ constexpr size_t kTileBytes = 192 * 1024;
 // would take two passes over every row.
 constexpr int64_t kPackedMinTokensLegacy = 4;
 constexpr int64_t kPackedMinTokensKQuant = 9;
+// Repacked K-quants (row_tiles_packed_tile): from this many tokens on, the
+// packed kernel fed from the groups beats the tile kernel's passes of 8
+// tokens (bench_matmul's Repacked family, docs/kernels.md). Below it the
+// tile kernel keeps every token's sums as its one-token call computes them.
+constexpr int64_t kTilesPackedMinTokens = 32;
+
+// The kernel for repacked weights and this many tokens: the tile kernel,
+// batch invariant, unless many tokens and no batch invariance asked for.
+cpu::TileFn tiles_kernel(QType t, int64_t n_tokens, bool one_row_order) {
+  cpu::TileFn f = nullptr;
+  if (!one_row_order && n_tokens >= kTilesPackedMinTokens) f = cpu::row_tiles_packed_tile(t);
+  if (f == nullptr) f = cpu::row_tiles_tile(t);
+  SUSTAIN_CHECK(f != nullptr);
+  return f;
+}
 
 size_t align_up(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
@@ -169,11 +184,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
   // Batch invariance: every row as a one-row call computes it (the packed
   // kernels sum a row's blocks in another order).
   const bool one_row_order = batch_invariant();
-  if (w.tiled) {
-    // Repacked rows: one kernel for every token count (batch invariant too).
-    packed = cpu::row_tiles_tile(w.type);
-    SUSTAIN_CHECK(packed != nullptr);
-  }
+  if (w.tiled) packed = tiles_kernel(w.type, n_tokens, one_row_order);
   if (packed == nullptr && !one_row_order && n_tokens >= kPackedMinTokensLegacy)
     packed = cpu::legacy_packed_tile(w.type);
   if (!one_row_order && packed == nullptr && n_tokens >= kPackedMinTokensKQuant)
@@ -305,10 +316,7 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scrat
     // of about kTileBytes for the row kernel, and for one token row ranges of
     // about kBatchUnitBytes.
     cpu::TileFn packed = nullptr;
-    if (m.w.tiled) {
-      packed = cpu::row_tiles_tile(m.w.type);
-      SUSTAIN_CHECK(packed != nullptr);
-    }
+    if (m.w.tiled) packed = tiles_kernel(m.w.type, m.n_tokens, one_row_order);
     if (packed == nullptr && !one_row_order && m.n_tokens >= kPackedMinTokensLegacy)
       packed = cpu::legacy_packed_tile(m.w.type);
     if (!one_row_order && packed == nullptr && m.n_tokens >= kPackedMinTokensKQuant)

@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/batch_invariant.h"
 #include "base/thread_pool.h"
 #include "hwy/targets.h"
 #include "kernels/cpu/kernels.h"
@@ -427,6 +428,56 @@ TEST(RowTilesMatmul, EveryTokenAsItsOwnCallComputesIt) {
             << qtype_name(t) << " token " << i << " of " << n_tok;
       }
     }
+}
+
+// Many tokens of a repacked Q4_K / Q6_K matrix run the packed prefill
+// kernel fed from the groups: bit for bit what the rows' packed kernel gives
+// (the same codes, scales and sums), on rows no 16 divides, inputs of one
+// slice and of several (2048 elements a slice), through matmul and
+// matmul_batch. With batch invariance asked for, the tile kernel stays:
+// every token as its own one-token call (over two slices: within one, the
+// two kernels happen to add in the same order).
+TEST(RowTilesMatmul, PrefillFromGroupsIsTheRowsPackedPrefill) {
+  if (!row_tiles_available(QType::Q4_K)) GTEST_SKIP() << "no repacked-weight kernels on this CPU";
+  ThreadPool pool(3);
+  uint64_t seed = 7000;
+  for (QType t : {QType::Q4_K, QType::Q6_K})
+    for (int64_t n_out : {1, 17, 300})
+      for (int64_t n_in : {256, 2304, 4096})
+        for (int64_t n_tok : {32, 35, 64}) {
+          const Problem p = make_problem(t, n_out, n_in, n_tok, seed++);
+          std::vector<uint8_t> store;
+          const WeightView tv = tiled_view(p, store);
+          const auto rows = run_view(p.view(), p, pool);
+          const auto tiles = run_view(tv, p, pool);
+          for (int64_t i = 0; i < n_tok; ++i)
+            ASSERT_EQ(std::memcmp(rows.data() + i * p.ldy, tiles.data() + i * p.ldy,
+                                  static_cast<size_t>(n_out) * sizeof(float)),
+                      0)
+                << qtype_name(t) << " " << n_out << "x" << n_in << " token " << i << " of "
+                << n_tok;
+          std::vector<float> batched(tiles.size(), NAN);
+          const MatmulJob job{tv, p.x.data(), p.ldx, n_tok, batched.data(), p.ldy};
+          std::vector<uint8_t> scratch(matmul_batch_scratch_bytes({&job, 1}));
+          matmul_batch({&job, 1}, pool, scratch.data(), scratch.size());
+          ASSERT_EQ(std::memcmp(batched.data(), tiles.data(), tiles.size() * sizeof(float)), 0);
+        }
+  for (QType t : {QType::Q4_K, QType::Q6_K}) {
+    const Problem p = make_problem(t, 37, 4096, 33, 7500);
+    std::vector<uint8_t> store;
+    const WeightView tv = tiled_view(p, store);
+    set_batch_invariant(true);
+    const auto all = run_view(tv, p, pool);
+    std::vector<float> one(static_cast<size_t>(p.n_out));
+    std::vector<uint8_t> scratch(matmul_scratch_bytes(t, p.n_in, 1));
+    bool same = true;
+    for (int64_t i = 0; i < p.n_tok && same; ++i) {
+      matmul(tv, p.x.data() + i * p.ldx, p.ldx, 1, one.data(), p.n_out, pool, scratch.data());
+      same = std::memcmp(one.data(), all.data() + i * p.ldy, one.size() * sizeof(float)) == 0;
+    }
+    set_batch_invariant(false);
+    EXPECT_TRUE(same) << qtype_name(t) << ": a token of 33 in the batch-invariant mode";
+  }
 }
 
 // matmul_batch runs repacked jobs beside row jobs, one input shared, and

@@ -65,6 +65,10 @@ TileFn legacy_packed_tile(QType t);  // Q8_0, Q4_0, Q5_0
 // target reads them (AVX-512 VNNI), else nullptr. MatmulArgs::w is the
 // groups of 16 rows, w_stride the format's row bytes; row0 a multiple of 16.
 TileFn row_tiles_tile(QType t);      // Q4_0, Q5_0, Q8_0, Q4_K, Q6_K
+// Many tokens from repacked weights: the packed kernel's walk (packed-inl.h)
+// fed from the groups, bit for bit the rows' kquant_packed_tile. nullptr
+// where the tile kernel stays best at every token count (Q4_0, Q5_0, Q8_0).
+TileFn row_tiles_packed_tile(QType t);  // Q4_K, Q6_K
 TileFn kquant_packed_tile(QType t);  // Q3_K .. Q6_K (not Q2_K: its mins per 16)   // F32, F16, BF16
                                      // and formats dotted after dequantizing
 

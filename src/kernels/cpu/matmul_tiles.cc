@@ -26,6 +26,7 @@
 #include "hwy/highway.h"
 #include "kernels/block_util.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/packed-inl.h"
 #include "kernels/cpu/quant-inl.h"
 #include "tensor/blocks.h"
 #include "tensor/row_tiles.h"
@@ -83,10 +84,6 @@ struct TileFmt<QType::Q8_0> {
     for (int k = 0; k < 8; ++k) w[k] = _mm512_xor_si512(_mm512_loadu_si512(gb + 64 * k), flip);
   }
 };
-
-inline __m512i bcast4(const int8_t* p) {
-  return _mm512_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(p))));
-}
 
 // NT tokens' sums over every block of one group: out[t] lane r is row r.
 template <QType kType, int NT>
@@ -451,6 +448,105 @@ struct Q6KDot {
   }
 };
 
+// Many tokens (prefill) from repacked K-quants: each group's super-blocks,
+// a slice of kKc elements at a time, unpacked into the packed kernel's tile
+// (packed-inl.h) and dotted with every token of the call there. A group is
+// already 16 rows side by side, so the codes need their nibbles split (Q6_K:
+// the high bits merged) but no transpose, and the tile holds what
+// PackK32 / PackK16 (matmul_kquants.cc) make of the same rows: the same
+// codes, scales, mins and d, so the sums are bit for bit the rows' packed
+// prefill. The tile kernel's arithmetic (up to 8 tokens a pass, scales per
+// token) loses to the packed kernel's at many tokens where rows are short.
+struct GroupPackQ4K {
+  static constexpr int64_t kBlock = kQK_K;
+  static constexpr size_t kGroupBytes = kQ4KGroupBytes;
+  static void pack_group(const uint8_t* g, int64_t nsb, Packed& p) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      const uint8_t* gb = g + static_cast<size_t>(sb) * kQ4KGroupBytes;
+      // qs dword 8j + i: low nibbles are elements 64j + 4i .., dword 16j + i
+      // of the super-block; high nibbles 64j + 32 + 4i .., dword 16j + 8 + i.
+      for (int j = 0; j < 4; ++j)
+        for (int i = 0; i < 8; ++i) {
+          const __m512i n = _mm512_loadu_si512(gb + 64 * (4 + 8 * j + i));
+          _mm512_store_si512(p.q[64 * sb + 16 * j + i], _mm512_and_si512(n, m4));
+          _mm512_store_si512(p.q[64 * sb + 16 * j + 8 + i],
+                             _mm512_and_si512(_mm512_srli_epi16(n, 4), m4));
+        }
+      const __m512i dd = _mm512_loadu_si512(gb);
+      _mm512_store_ps(p.d[sb], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+      _mm512_store_ps(p.dmin[sb],
+                      _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+      const __m512i s0 = _mm512_loadu_si512(gb + 64), s1 = _mm512_loadu_si512(gb + 128),
+                    s2 = _mm512_loadu_si512(gb + 192);
+      int32_t(*sc)[kPR] = p.sc + 8 * sb;
+      int32_t(*mn)[kPR] = p.mn + 8 * sb;
+      _mm512_store_si512(sc[0], field6<0>(s0));
+      _mm512_store_si512(sc[1], field6<8>(s0));
+      _mm512_store_si512(sc[2], field6<16>(s0));
+      _mm512_store_si512(sc[3], field6<24>(s0));
+      _mm512_store_si512(sc[4], field_hi<0, 6>(s2, s0));
+      _mm512_store_si512(sc[5], field_hi<8, 14>(s2, s0));
+      _mm512_store_si512(sc[6], field_hi<16, 22>(s2, s0));
+      _mm512_store_si512(sc[7], field_hi<24, 30>(s2, s0));
+      _mm512_store_si512(mn[0], field6<0>(s1));
+      _mm512_store_si512(mn[1], field6<8>(s1));
+      _mm512_store_si512(mn[2], field6<16>(s1));
+      _mm512_store_si512(mn[3], field6<24>(s1));
+      _mm512_store_si512(mn[4], field_hi<4, 6>(s2, s1));
+      _mm512_store_si512(mn[5], field_hi<12, 14>(s2, s1));
+      _mm512_store_si512(mn[6], field_hi<20, 22>(s2, s1));
+      _mm512_store_si512(mn[7], field_hi<28, 30>(s2, s1));
+    }
+  }
+  template <int NT>
+  static void compute(const Packed& p, int64_t k0, int64_t kc, const uint8_t* const* act, int64_t,
+                      __m512* out, TilePrefetch& pf) {
+    packed_kquant<NT, PackKind::kK32, 0>(p, k0, kc, act, out, pf);
+  }
+};
+
+template <int Q>
+inline void q6k_pack_quarter(const uint8_t* gb, int h, uint32_t (*q)[kPR]) {
+  for (int m = 0; m < 8; ++m) _mm512_store_si512(q[32 * h + 8 * Q + m], q6k_codes<Q>(gb, h, m));
+}
+
+struct GroupPackQ6K {
+  static constexpr int64_t kBlock = kQK_K;
+  static constexpr size_t kGroupBytes = kQ6KGroupBytes;
+  static void pack_group(const uint8_t* g, int64_t nsb, Packed& p) {
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      const uint8_t* gb = g + static_cast<size_t>(sb) * kQ6KGroupBytes;
+      // Element 128h + 32Q + 4m .. is dword 32h + 8Q + m of the super-block.
+      uint32_t(*q)[kPR] = p.q + 64 * sb;
+      for (int h = 0; h < 2; ++h) {
+        q6k_pack_quarter<0>(gb, h, q);
+        q6k_pack_quarter<1>(gb, h, q);
+        q6k_pack_quarter<2>(gb, h, q);
+        q6k_pack_quarter<3>(gb, h, q);
+      }
+      for (int w = 0; w < 4; ++w) {
+        const __m512i v = _mm512_loadu_si512(gb + kQ6KScales + 64 * w);
+        _mm512_store_si512(p.sc[16 * sb + 4 * w + 0],
+                           _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24));
+        _mm512_store_si512(p.sc[16 * sb + 4 * w + 1],
+                           _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 24));
+        _mm512_store_si512(p.sc[16 * sb + 4 * w + 2],
+                           _mm512_srai_epi32(_mm512_slli_epi32(v, 8), 24));
+        _mm512_store_si512(p.sc[16 * sb + 4 * w + 3], _mm512_srai_epi32(v, 24));
+      }
+      _mm512_store_ps(
+          p.d[sb],
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + kQ6KD))));
+    }
+  }
+  template <int NT>
+  static void compute(const Packed& p, int64_t k0, int64_t kc, const uint8_t* const* act, int64_t,
+                      __m512* out, TilePrefetch& pf) {
+    packed_kquant<NT, PackKind::kK16, 5>(p, k0, kc, act, out, pf);
+  }
+};
+
 // A K-quant's group_dot for 1 .. kTileTok tokens (Dot::fn<NT>), walked over
 // 256-element super-blocks.
 template <class Dot, size_t... I>
@@ -486,6 +582,22 @@ TileFn RowTiles(QType t) {
 #endif
 }
 
+TileFn RowTilesPacked(QType t) {
+#if SUSTAIN_VNNI
+  switch (t) {
+    case QType::Q4_K:
+      return &run_packed_groups<GroupPackQ4K>;
+    case QType::Q6_K:
+      return &run_packed_groups<GroupPackQ6K>;
+    default:
+      return nullptr;
+  }
+#else
+  (void)t;
+  return nullptr;
+#endif
+}
+
 }  // namespace sustain::kernels::cpu::HWY_NAMESPACE
 SUSTAIN_SIMD_END();
 
@@ -493,9 +605,14 @@ SUSTAIN_SIMD_END();
 namespace sustain::kernels::cpu {
 
 HWY_EXPORT(RowTiles);
+HWY_EXPORT(RowTilesPacked);
 
 TileFn row_tiles_tile(QType t) {
   return HWY_DYNAMIC_DISPATCH(RowTiles)(t);
+}
+
+TileFn row_tiles_packed_tile(QType t) {
+  return HWY_DYNAMIC_DISPATCH(RowTilesPacked)(t);
 }
 
 }  // namespace sustain::kernels::cpu

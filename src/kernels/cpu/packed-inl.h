@@ -83,6 +83,19 @@ struct TilePrefetch {
     const int64_t lines = rows * static_cast<int64_t>((bytes + 63) / 64);
     per_step = static_cast<int>((lines + steps - 1) / std::max<int64_t>(1, steps));
   }
+  // `bytes` contiguous bytes from `p` (a slice of row-tile group blocks),
+  // spread over `steps` calls of step().
+  static TilePrefetch contiguous(const void* p, uint64_t n_bytes, int64_t steps) {
+    TilePrefetch pf;
+    if (n_bytes == 0) return pf;
+    pf.base = static_cast<const char*>(p);
+    pf.bytes = n_bytes;
+    pf.rows = 1;
+    const auto lines = static_cast<int64_t>((n_bytes + 63) / 64);
+    pf.per_step = static_cast<int>((lines + steps - 1) / std::max<int64_t>(1, steps));
+    return pf;
+  }
+  TilePrefetch() = default;
   void step() {
     for (int i = 0; i < per_step && r < rows; ++i) {
       _mm_prefetch(base + r * stride + off, _MM_HINT_T1);
@@ -199,6 +212,41 @@ inline void packed_kquant(const Packed& p, int64_t k0, int64_t kc, const uint8_t
   }
 }
 
+// Tokens [tok0, tok1) of one packed slice (elements [k0, k0 + kc) of rows
+// [rt, rt + 16), `lanes` of them present), kPackTok at a time, added to what
+// y holds from the slices before.
+template <class Fmt>
+inline void packed_tokens(const MatmulArgs& a, const Packed& p, int64_t rt, __mmask16 lanes,
+                          int64_t k0, int64_t kc, int64_t tok0, int64_t tok1, TilePrefetch& pf) {
+  for (int64_t t = tok0; t < tok1; t += kPackTok) {
+    const int nt = static_cast<int>(std::min<int64_t>(kPackTok, tok1 - t));
+    const uint8_t* act[kPackTok];
+    for (int i = 0; i < kPackTok; ++i)
+      act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
+    __m512 out[kPackTok];
+    for (int i = 0; i < kPackTok; ++i) out[i] = _mm512_setzero_ps();
+    switch (nt) {
+      case 4:
+        Fmt::template compute<4>(p, k0, kc, act, a.n_in, out, pf);
+        break;
+      case 3:
+        Fmt::template compute<3>(p, k0, kc, act, a.n_in, out, pf);
+        break;
+      case 2:
+        Fmt::template compute<2>(p, k0, kc, act, a.n_in, out, pf);
+        break;
+      default:
+        Fmt::template compute<1>(p, k0, kc, act, a.n_in, out, pf);
+        break;
+    }
+    for (int i = 0; i < nt; ++i) {
+      float* y = a.y + (t + i) * a.ldy + rt;
+      if (k0 > 0) out[i] = _mm512_add_ps(out[i], _mm512_maskz_loadu_ps(lanes, y));
+      _mm512_mask_storeu_ps(y, lanes, out[i]);
+    }
+  }
+}
+
 // Fmt::pack(row, k0, kc, codes, p, r) writes the codes of elements
 // [k0, k0 + kc) of one row and that row's scales into lane r of p.
 template <class Fmt>
@@ -223,33 +271,43 @@ void run_packed(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0, i
           k0 + kc < a.n_in
               ? TilePrefetch(a, rt, row1, k0 + kc, std::min<int64_t>(kKc, a.n_in - k0 - kc), steps)
               : TilePrefetch(a, rt + kPR, row1, 0, std::min<int64_t>(kKc, a.n_in), steps);
-      for (int64_t t = tok0; t < tok1; t += kPackTok) {
-        const int nt = static_cast<int>(std::min<int64_t>(kPackTok, tok1 - t));
-        const uint8_t* act[kPackTok];
-        for (int i = 0; i < kPackTok; ++i)
-          act[i] = a.act + static_cast<size_t>(t + std::min(i, nt - 1)) * a.act_stride;
-        __m512 out[kPackTok];
-        for (int i = 0; i < kPackTok; ++i) out[i] = _mm512_setzero_ps();
-        switch (nt) {
-          case 4:
-            Fmt::template compute<4>(p, k0, kc, act, a.n_in, out, pf);
-            break;
-          case 3:
-            Fmt::template compute<3>(p, k0, kc, act, a.n_in, out, pf);
-            break;
-          case 2:
-            Fmt::template compute<2>(p, k0, kc, act, a.n_in, out, pf);
-            break;
-          default:
-            Fmt::template compute<1>(p, k0, kc, act, a.n_in, out, pf);
-            break;
-        }
-        for (int i = 0; i < nt; ++i) {
-          float* y = a.y + (t + i) * a.ldy + rt;
-          if (k0 > 0) out[i] = _mm512_add_ps(out[i], _mm512_maskz_loadu_ps(lanes, y));
-          _mm512_mask_storeu_ps(y, lanes, out[i]);
-        }
-      }
+      packed_tokens<Fmt>(a, p, rt, lanes, k0, kc, tok0, tok1, pf);
+    }
+  }
+}
+
+// The same walk over repacked weights (tensor/row_tiles.h): a group of 16
+// rows is already a tile, so Fmt::pack_group(gb, n_blocks, p) fills p from
+// the group's blocks [k0, k0 + kc) at gb with no transpose; Fmt::kGroupBytes
+// is one group block (Fmt::kBlock elements of 16 rows). row0 is a multiple
+// of 16; rows past the matrix are zero in the copy, so their lanes are 0.
+template <class Fmt>
+void run_packed_groups(const MatmulArgs& a, int64_t row0, int64_t row1, int64_t tok0,
+                       int64_t tok1) {
+  Packed p;
+  const size_t group_bytes = static_cast<size_t>(kPR) * a.w_stride;
+  const auto at = [&](int64_t rt, int64_t k0) {
+    return a.w + static_cast<size_t>(rt / kPR) * group_bytes +
+           static_cast<size_t>(k0 / Fmt::kBlock) * Fmt::kGroupBytes;
+  };
+  for (int64_t rt = row0; rt < row1; rt += kPR) {
+    const int nr = static_cast<int>(std::min<int64_t>(kPR, row1 - rt));
+    const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
+    for (int64_t k0 = 0; k0 < a.n_in; k0 += kKc) {
+      const int64_t kc = std::min<int64_t>(kKc, a.n_in - k0);
+      Fmt::pack_group(at(rt, k0), kc / Fmt::kBlock, p);
+      // What the walk packs next: this group's next slice, or the next group's first.
+      const int64_t steps = (tok1 - tok0 + kPackTok - 1) / kPackTok * (kc / kQK);
+      int64_t next_rt = rt, next_k0 = k0 + kc;
+      if (next_k0 >= a.n_in) next_rt += kPR, next_k0 = 0;
+      const int64_t next_kc = std::min<int64_t>(kKc, a.n_in - next_k0);
+      TilePrefetch pf =
+          next_rt < row1
+              ? TilePrefetch::contiguous(
+                    at(next_rt, next_k0),
+                    static_cast<uint64_t>(next_kc / Fmt::kBlock) * Fmt::kGroupBytes, steps)
+              : TilePrefetch();
+      packed_tokens<Fmt>(a, p, rt, lanes, k0, kc, tok0, tok1, pf);
     }
   }
 }
