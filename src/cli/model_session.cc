@@ -24,9 +24,8 @@ void add_kv_layout_flag(CLI::App* sub, std::string& layout, const std::string& n
 
 const char* const kRepackHelp =
     "repack Q4_0, Q5_0, Q8_0, Q4_K and Q6_K weights at load into 16-row tiles that the AVX-512 "
-    "VNNI kernels read in place: faster decode and small batches on those formats, a slower "
-    "load, and for the K-quants a slower prefill (docs/kernels.md); other formats stay as they "
-    "are";
+    "VNNI kernels read in place: faster decode and small batches on those formats, prefill as "
+    "fast, a slower load (docs/kernels.md); other formats stay as they are";
 
 void note_repack(const Model& m) {
   if (!weight_repack()) return;
