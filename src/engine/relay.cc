@@ -26,6 +26,7 @@
 
 #include <fmt/format.h>
 
+#include "base/batch_invariant.h"
 #include "base/thread_pool.h"
 #include "dist/comm.h"
 
@@ -85,17 +86,19 @@ std::vector<int64_t> encode_config(const EngineConfig& c) {
                             c.spec.draft_max,
                             c.spec.enabled() || c.extra_proposer,
                             c.ranks != nullptr && c.ranks->tensor(),
+                            c.repack,
+                            c.batch_invariant,
                             static_cast<int64_t>(c.model_path.size())};
   for (char ch : c.model_path) m.push_back(static_cast<unsigned char>(ch));
   return m;
 }
 
-constexpr size_t kConfigWords = 19;
+constexpr size_t kConfigWords = 21;
 
 // The config rank 0 sent, and whether its engine runs over the tensor split.
 Expected<EngineConfig> decode_config(const std::vector<int64_t>& m, bool* tensor) {
   if (m.size() < kConfigWords || m[0] != kOpen ||
-      m.size() != kConfigWords + static_cast<size_t>(std::max<int64_t>(m[18], 0)))
+      m.size() != kConfigWords + static_cast<size_t>(std::max<int64_t>(m[20], 0)))
     return error(Code::kInternal, "engine over ranks: an open message of {} words", m.size());
   EngineConfig c;
   c.n_threads = static_cast<int>(m[1]);
@@ -118,6 +121,11 @@ Expected<EngineConfig> decode_config(const std::vector<int64_t>& m, bool* tensor
   // (The type only marks speculation on; the follower builds no proposer.)
   if (m[16] != 0) c.spec.types = {"ngram"};
   *tensor = m[17] != 0;
+  // How rank 0 computes: every rank must load and multiply its weights the
+  // same way, or the ranks' blocks add up to other floats than one
+  // process's (a follower of `serve --repack` kept its weights in rows).
+  c.repack = m[18] != 0;
+  c.batch_invariant = m[19] != 0;
   for (size_t i = kConfigWords; i < m.size(); ++i) c.model_path.push_back(static_cast<char>(m[i]));
   return c;
 }
@@ -264,6 +272,9 @@ Status open_follower(const EngineRanks& job, const std::vector<int64_t>& m,
   f->ranks = job.layout(tensor, &why);
   if (c && f->ranks == nullptr) setup = error(Code::kInvalidArgument, "{}", why);
   if (c && f->ranks != nullptr) {
+    // Process-wide, as Engine::create sets them on rank 0.
+    set_batch_invariant(c->batch_invariant);
+    set_weight_repack(c->repack);
     auto model = Model::load(c->model_path, f->ranks->shard);
     if (model) {
       f->model = std::move(*model);

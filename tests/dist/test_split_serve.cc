@@ -179,6 +179,46 @@ TEST_P(SplitServe, AnswersAsOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Splits, SplitServe, ::testing::Values("layer", "tensor"));
 
+// How rank 0 computes goes to the other ranks: with --repack, and with
+// --batch-invariant, the layer split's seeded samples and every token's
+// logprob are one process's bit for bit. One process runs at -t 1 as each
+// rank does (the batch-invariant mode's attention splits a query's keys by
+// the thread count). A follower that kept its weights in rows, or that
+// left the batch-invariant mode off, parted from one process in the
+// logprobs' last bits.
+TEST(SplitServe, LayerSplitComputesAsRankZeroSays) {
+  SUSTAIN_REQUIRE_MPIRUN_ONLY();
+  ASSERT_NE(server_model(), "") << "sustain synth failed";
+  for (const std::string extra : {" --repack", " --batch-invariant"}) {
+    SCOPED_TRACE(extra);
+    std::string why;
+    // A launcher (here a no-op one) runs the server at one thread.
+    auto one = ServeProcess::start(std::string(kArgs) + extra, &why, "", "env ");
+    ASSERT_TRUE(one != nullptr) << why;
+    auto split = start_split("layer", extra, &why);
+    ASSERT_TRUE(split != nullptr) << why;
+    json nb = body("A seeded story about a cat", 12);
+    nb["n"] = 3;
+    nb["temperature"] = 0.9;
+    nb["seed"] = 11;
+    nb["logprobs"] = 2;
+    json a, b;
+    int st = 0;
+    complete(*one, nb, &st, &a);
+    ASSERT_EQ(st, 200) << one->stderr_text();
+    complete(*split, nb, &st, &b);
+    ASSERT_EQ(st, 200) << split->stderr_text();
+    ASSERT_EQ(a["choices"].size(), 3u);
+    ASSERT_EQ(b["choices"].size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(b["choices"][i]["text"], a["choices"][i]["text"]) << "choice " << i;
+      EXPECT_EQ(b["choices"][i]["logprobs"]["token_logprobs"],
+                a["choices"][i]["logprobs"]["token_logprobs"])
+          << "choice " << i;
+    }
+  }
+}
+
 // The official openai npm client, as ServerNpm.OfficialOpenAiClient runs it
 // against one process, against the tensor split.
 TEST(SplitServeNpm, OfficialOpenAiClient) {
