@@ -55,7 +55,7 @@ struct BenchArgs {
   std::string cache_type_k = "f16", cache_type_v = "f16";
   std::string kv_layout = "tiled";
   bool swa_full = false;
-  bool repack = false;
+  bool repack = false, repack_asked = false;
   int64_t batch = 512, ubatch = 512;
   std::string out;
   std::string prefill;
@@ -417,7 +417,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--cache-type-v", a->cache_type_v, "V cache format (alias -ctv)")
       ->capture_default_str();
   add_kv_layout_flag(sub, a->kv_layout, "--kv-layout");
-  sub->add_flag("--repack", a->repack, kRepackHelp);
+  add_repack_flags(sub, a->repack, a->repack_asked);
   sub->add_flag("--swa-full", a->swa_full,
                 "sliding-window models (Gemma 3): keep the window layers' K/V for the whole "
                 "context (by default they keep only their windows)");
@@ -464,7 +464,8 @@ Runner add_bench(CLI::App& app) {
       "--ablate", a->ablate,
       "ablation row switching one thing on top of the row above, key=value[,...] "
       "with keys ctk, ctv, kv, layout (tiled|rows), prefix, batch, ubatch, threads, repack "
-      "(on|off: --repack), sampling (pool|serial: a step's streams, verify rows and draft draws "
+      "(on|off: --repack / --no-repack), sampling (pool|serial: a step's streams, verify rows and "
+      "draft draws "
       "sampled over the threads "
       "or one after another; also runs the concurrency levels), model, "
       "spec (off|ngram|draft|mtp|oracle:ALPHA; an oracle is for measurement only: it drafts "

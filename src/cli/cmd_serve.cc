@@ -225,7 +225,7 @@ int serve_main(const ServeArgs& a, const engine::EngineRanks* ranks) {
               sc.model_name.c_str(), static_cast<long long>(ec.n_ctx), ec.n_parallel,
               static_cast<long long>((*eng)->kv_capacity_tokens()));
   std::fflush(stdout);
-  note_repack((*eng)->model());
+  note_repack((*eng)->model(), a.m.repack_asked);
   http.join();
   if (const int n = cut_off.load(); n >= 0) {
     // srv lives on this stack: let the signal thread's stop() return first.

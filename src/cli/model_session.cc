@@ -22,21 +22,31 @@ void add_kv_layout_flag(CLI::App* sub, std::string& layout, const std::string& n
       ->check(CLI::IsMember({"tiled", "rows"}));
 }
 
-const char* const kRepackHelp =
-    "repack Q4_0, Q5_0, Q8_0, Q4_K and Q6_K weights at load into 16-row tiles that the AVX-512 "
-    "VNNI kernels read in place: faster decode and small batches on those formats, prefill as "
-    "fast, a slower load (docs/kernels.md); other formats stay as they are";
+void add_repack_flags(CLI::App* sub, bool& repack, bool& asked) {
+  repack = true;
+  CLI::Option* on = sub->add_flag(
+      "--repack", asked,
+      "repack Q4_0, Q5_0, Q8_0, Q4_K and Q6_K weights at load into 16-row tiles that the "
+      "AVX-512 VNNI kernels read in place (the default; this flag only makes a CPU without "
+      "VNNI say why nothing was repacked): decode and small batches faster, prefill as fast, "
+      "a slower load (docs/kernels.md)");
+  CLI::Option* off = sub->add_flag_callback(
+      "--no-repack", [&repack] { repack = false; },
+      "keep the weights in the file's rows: a faster load, slower decode; results are not bit "
+      "for bit those of repacked weights (float sums in another order)");
+  on->excludes(off);
+}
 
-void note_repack(const Model& m) {
+void note_repack(const Model& m, bool asked) {
   if (!weight_repack()) return;
   const RepackReport& r = m.repack_report();
   if (r.matrices == 0) {
-    std::fprintf(stderr, "sustain: --repack: nothing repacked: %s\n", r.skipped.c_str());
+    if (asked) std::fprintf(stderr, "sustain: --repack: nothing repacked: %s\n", r.skipped.c_str());
     return;
   }
   std::fprintf(stderr,
-               "sustain: --repack: %lld matrices (%.1f MiB) in 16-row tiles; %lld left in rows "
-               "(formats without tiles)\n",
+               "sustain: repacked %lld matrices (%.1f MiB) into 16-row tiles; %lld left in rows "
+               "(formats without tiles; --no-repack keeps all in rows)\n",
                static_cast<long long>(r.matrices), static_cast<double>(r.bytes) / (1 << 20),
                static_cast<long long>(r.kept));
 }
@@ -70,7 +80,7 @@ void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_ca
                     "names the largest context that fits");
     sub->add_option("--cache-type-v", a.cache_type_v, "V cache format (alias -ctv): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, fp8")
         ->capture_default_str();
-    sub->add_flag("--repack", a.repack, kRepackHelp);
+    add_repack_flags(sub, a.repack, a.repack_asked);
   }
 }
 
@@ -92,7 +102,7 @@ Expected<std::unique_ptr<Session>> open_session(const ModelArgs& a, bool with_ca
   s->ranks = ranks;
   set_weight_repack(a.repack);
   SUSTAIN_ASSIGN_OR_RETURN(s->model, Model::load(a.model, ranks ? ranks->shard() : nullptr));
-  note_repack(*s->model);
+  note_repack(*s->model, a.repack_asked);
   SUSTAIN_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_gguf(s->model->file()));
   s->tok.emplace(std::move(tok));
   s->ctx = a.ctx;

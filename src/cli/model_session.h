@@ -30,13 +30,19 @@ struct ModelArgs {
   std::string kv_budget;  // --kv-budget: KV pool size in bytes ("2G", "1.5GiB", ...)
   bool no_bos = false;
   bool special = false;
-  bool repack = false;  // --repack (model/repack.h)
+  // Weights repacked at load (model/repack.h): on where add_model_flags
+  // adds the cache flags (the commands that compute), off by --no-repack;
+  // repack_asked: --repack given.
+  bool repack = false;
+  bool repack_asked = false;
 };
 
-// --repack's help, and the note a command prints on stderr once a model
-// loaded with it (what was repacked, or why nothing was).
-extern const char* const kRepackHelp;
-void note_repack(const Model& m);
+// --repack / --no-repack on `sub`: `repack` becomes true by default,
+// --no-repack sets it false, --repack sets `asked` (and excludes --no-repack).
+void add_repack_flags(CLI::App* sub, bool& repack, bool& asked);
+// The note a command prints on stderr once a model loaded with repacking on:
+// what was repacked, or, where `asked`, why nothing was.
+void note_repack(const Model& m, bool asked);
 
 // -m, -c, -t, -b; with_prompt adds -p / -f / --no-bos / --special.
 void add_model_flags(CLI::App* sub, ModelArgs& a, bool with_prompt, bool with_cache);

@@ -64,7 +64,7 @@ TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
   auto r = run_cli("bench -m " + tiny_model() +
                    " --ctx 64,128 -n 4 -r 2 -t 2 --concurrency 1,2 --conc-prompt 32 "
                    "--poisson-requests 2 --prefill 100 --bw-mib 64 --bw-reps 2 "
-                   "--ablate kv=q8_0 --ablate layout=rows --ablate repack=on --quality off -o " +
+                   "--ablate kv=q8_0 --ablate layout=rows --ablate repack=off --quality off -o " +
                    dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(dir + "/report.json"), std::string::npos) << r.out;
@@ -133,11 +133,12 @@ TEST(CliBench, WritesTheThreeReportsWithEveryCondition) {
   EXPECT_EQ(lv[1]["samples"].size(), 4u);
   EXPECT_EQ(lv[2]["mode"], "poisson");
   // Ablation: baseline and the switches, with their deltas: q8_0 KV tiled,
-  // then the same row by row, then with the weights repacked (this K-quant
-  // model's Q8_0 matrices, where the CPU has the kernels).
+  // then the same row by row, then with the weights left in rows (repacked
+  // by default: this K-quant model's Q8_0 matrices, where the CPU has the
+  // kernels).
   ASSERT_EQ(j["ablation"]["rows"].size(), 4u);
-  EXPECT_EQ(j["ablation"]["rows"][2]["engine"]["repack"], false);
-  EXPECT_EQ(j["ablation"]["rows"][3]["engine"]["repack"], true);
+  EXPECT_EQ(j["ablation"]["rows"][2]["engine"]["repack"], true);
+  EXPECT_EQ(j["ablation"]["rows"][3]["engine"]["repack"], false);
   EXPECT_EQ(j["ablation"]["rows"][3]["kv"]["kv_layout"], "rows");
   EXPECT_EQ(j["ablation"]["rows"][1]["kv"]["k_type"], "Q8_0");
   EXPECT_EQ(j["ablation"]["rows"][1]["kv"]["kv_layout"], "tiled");

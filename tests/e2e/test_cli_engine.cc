@@ -124,9 +124,11 @@ TEST(CliRun, BatchInvariantGreedyTextIsUnchanged) {
   EXPECT_NE(spec.err.find("spec ngram:"), std::string::npos) << spec.err;
 }
 
-// `run --repack` on the trained Q8_0 model: llama.cpp's greedy text, the
-// text the rows give, and a stderr note saying what was repacked (or, on a
-// CPU without AVX-512 VNNI, why nothing was). Also under --batch-invariant.
+// Repacked weights (the default) on the trained Q8_0 model: llama.cpp's
+// greedy text, the text the rows (--no-repack) give, and a stderr note
+// saying what was repacked; with --repack on a CPU without AVX-512 VNNI, why
+// nothing was (by default such a CPU says nothing). Also under
+// --batch-invariant; --repack with --no-repack is refused by name.
 TEST(CliRun, RepackGreedyTextMatchesLlamaCpp) {
   SUSTAIN_REQUIRE_REF();
   std::ifstream js(ref_path("logits/aidreams260K-Q8_0.p3_long_llama2c.kvf16.json"));
@@ -138,20 +140,28 @@ TEST(CliRun, RepackGreedyTextMatchesLlamaCpp) {
   const std::string base = "run -m " + ref_path("models/aidreams260K-Q8_0.gguf") + " -f " +
                            ref_path("prompts/p3_long_llama2c.txt") +
                            " -n 32 --temp 0 --ignore-eos -t 2";
-  auto rows = run_cli(base);
+  auto rows = run_cli(base + " --no-repack");
   ASSERT_EQ(rows.exit_code, 0) << rows.err;
+  EXPECT_EQ(rows.err.find("repack"), std::string::npos) << rows.err;
   auto rep = run_cli(base + " --repack");
   ASSERT_EQ(rep.exit_code, 0) << rep.err;
   EXPECT_EQ(rep.out, rows.out);
   EXPECT_NE(rep.out.find(want.substr(0, 40)), std::string::npos) << rep.out << "\nwant: " << want;
-  const bool repacked = rep.err.find("in 16-row tiles") != std::string::npos;
+  const bool repacked = rep.err.find("into 16-row tiles") != std::string::npos;
   const bool refused =
       rep.err.find("nothing repacked: this CPU has no AVX-512 VNNI") != std::string::npos;
   EXPECT_TRUE(repacked || refused) << rep.err;
-  EXPECT_EQ(rows.err.find("--repack"), std::string::npos) << rows.err;
-  auto inv = run_cli(base + " --repack --batch-invariant");
+  auto def = run_cli(base);
+  ASSERT_EQ(def.exit_code, 0) << def.err;
+  EXPECT_EQ(def.out, rows.out);
+  EXPECT_EQ(def.err.find("into 16-row tiles") != std::string::npos, repacked) << def.err;
+  EXPECT_EQ(def.err.find("nothing repacked"), std::string::npos) << def.err;
+  auto inv = run_cli(base + " --batch-invariant");
   ASSERT_EQ(inv.exit_code, 0) << inv.err;
   EXPECT_EQ(inv.out, rows.out);
+  auto both = run_cli(base + " --repack --no-repack");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("--repack excludes --no-repack"), std::string::npos) << both.err;
 }
 
 // `run --spec mtp` on the qwen35 model with an MTP block: the same greedy
