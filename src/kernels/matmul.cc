@@ -229,6 +229,14 @@ namespace {
 // bounds how unevenly the threads' runs can end: about 3 us of work here.
 constexpr size_t kBatchUnitBytes = 64 * 1024;
 
+// Fewest rows for which matmul_batch shares a row prologue's work over the
+// threads. Below it the rows are made and quantized on the caller: on the
+// 2-core Zen 4 VM a region of two rows made a two-sequence decode step of
+// smollm2-135m 6 % slower (the other thread's row crosses cores twice for
+// ~1 us of work), while from 4 rows up the shared work is the gain
+// (docs/serving.md, "Norms and SwiGLU inside the quantization region").
+constexpr int64_t kPrologueMinRows = 4;
+
 // One job of a batch, ready to run: its kernel arguments, its kernel, and
 // how its rows go into units.
 struct BatchJob {
@@ -265,7 +273,7 @@ size_t matmul_batch_scratch_bytes(std::span<const MatmulJob> jobs) {
 }
 
 void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scratch,
-                  size_t scratch_bytes) {
+                  size_t scratch_bytes, RowPrologue prologue) {
   SUSTAIN_CHECK(scratch_bytes >= matmul_batch_scratch_bytes(jobs));
   const bool one_row_order = batch_invariant();  // as matmul: no packed kernels
   // Reused from call to call (a batch is a few hundred jobs at most). The
@@ -276,8 +284,12 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scrat
   std::vector<BatchJob>& prepared = prepared_tls;
   std::vector<size_t>& quant_rows = quant_rows_tls;
   thread_local std::vector<double> before_tls;
+  thread_local std::vector<size_t> quant_jobs_tls;  // jobs whose rows are quantized
+  std::vector<size_t>& quant_jobs = quant_jobs_tls;
   prepared.clear();
   quant_rows.clear();
+  quant_jobs.clear();
+  int64_t prologue_rows = 0;  // rows the prologue makes: every job's tokens
   auto base = reinterpret_cast<uintptr_t>(scratch);
   auto* act = reinterpret_cast<uint8_t*>((base + kAlign - 1) / kAlign * kAlign);
   size_t n_units = 0;
@@ -310,7 +322,9 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scrat
       act += static_cast<size_t>(m.n_tokens) * b.a.act_stride;
       for (int64_t t = 0; t < m.n_tokens; ++t)
         quant_rows.push_back(j << 32 | static_cast<size_t>(t));
+      quant_jobs.push_back(j);
     }
+    prologue_rows = std::max(prologue_rows, m.n_tokens);
     // The kernel matmul would pick for this many tokens, and units of rows
     // that keep its tiling: 16-row tiles for the packed kernel, prefill tiles
     // of about kTileBytes for the row kernel, and for one token row ranges of
@@ -348,7 +362,28 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scrat
                    const_cast<uint8_t*>(prepared[j].a.act) + t * prepared[j].a.act_stride);
     }
   };
-  if (quant_rows.size() <= 2) {
+  if (prologue.fn != nullptr && prologue_rows > 0) {
+    // Token by token: the prologue makes row t of the input, then row t is
+    // quantized for every job that needs it (the region's split is by
+    // tokens, so a row never leaves the thread that made it before the
+    // region ends).
+    auto make_rows = [&](size_t t0, size_t t1, int) {
+      for (auto t = static_cast<int64_t>(t0); t < static_cast<int64_t>(t1); ++t) {
+        prologue.fn(prologue.ctx, t);
+        for (const size_t j : quant_jobs) {
+          const MatmulJob& m = jobs[j];
+          if (t >= m.n_tokens) continue;
+          quantize_row(m.w, m.x + t * m.ldx,
+                       const_cast<uint8_t*>(prepared[j].a.act) + t * prepared[j].a.act_stride);
+        }
+      }
+    };
+    if (prologue_rows < kPrologueMinRows) {
+      make_rows(0, static_cast<size_t>(prologue_rows), 0);
+    } else {
+      pool.parallel_for(static_cast<size_t>(prologue_rows), make_rows);
+    }
+  } else if (quant_rows.size() <= 2) {
     quantize(0, quant_rows.size(), 0);  // not worth waking the pool
   } else {
     pool.parallel_for(quant_rows.size(), quantize);

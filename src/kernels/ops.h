@@ -70,6 +70,17 @@ struct MatmulJob {
   int64_t ldy = 0;
 };
 
+// Element-wise work that makes the products' input row by row (an RMS norm,
+// a SwiGLU): fn(ctx, t) writes row t of every job's x, reading nothing that
+// another row's call writes. matmul_batch calls it once per token row, just
+// before it quantizes that row, in the same parallel region, so in a decode
+// step of several sequences that work is shared over the threads instead of
+// running on the caller while they wait (the step's serial gaps, issue 20).
+struct RowPrologue {
+  void (*fn)(const void* ctx, int64_t t) = nullptr;
+  const void* ctx = nullptr;
+};
+
 // Bytes of scratch that matmul_batch needs for these jobs.
 size_t matmul_batch_scratch_bytes(std::span<const MatmulJob> jobs);
 
@@ -81,9 +92,12 @@ size_t matmul_batch_scratch_bytes(std::span<const MatmulJob> jobs);
 // products (the experts of a decode step) this replaces a pool dispatch per
 // product, and a thread's idle tail at the end of each, with one split of all
 // the work.
+// With a prologue, rows 0 .. (the jobs' most tokens) - 1 are made by it
+// first, each before it is quantized or read; the results are what calling
+// it for every row before matmul_batch gives, bit for bit.
 // `scratch` holds matmul_batch_scratch_bytes(jobs); scratch_bytes is checked.
 void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, void* scratch,
-                  size_t scratch_bytes);
+                  size_t scratch_bytes, RowPrologue prologue = {});
 
 // y = x / sqrt(mean(x^2) + eps) * weight   (weight may be nullptr: no gain).
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);

@@ -112,15 +112,56 @@ void matmul(const kernels::WeightView& w, const float* x, int64_t rows, float* y
 // of them are split over the threads together — two pool regions where one
 // matmul each took two apiece, and one idle tail instead of three. Results
 // are matmul's bit for bit.
+// With a prologue, x's rows are made by it inside the batch's quantization
+// region (kernels::RowPrologue): the norm or SwiGLU before a product, which
+// in a decode step of several sequences ran on the caller while the other
+// threads waited.
 void matmul_same_input(std::initializer_list<std::pair<const kernels::WeightView*, float*>> ps,
-                       const float* x, int64_t rows, Workspace& ws, ThreadPool& pool) {
+                       const float* x, int64_t rows, Workspace& ws, ThreadPool& pool,
+                       kernels::RowPrologue prologue = {}) {
   std::array<kernels::MatmulJob, 3> jobs;
   SUSTAIN_CHECK(ps.size() <= jobs.size());
   size_t n = 0;
   for (const auto& [w, y] : ps) jobs[n++] = {*w, x, w->n_in, rows, y, w->n_out};
   kernels::matmul_batch(std::span(jobs.data(), n), pool, ws.matmul_scratch.data(),
-                        ws.matmul_scratch.size());
+                        ws.matmul_scratch.size(), prologue);
 }
+
+// Row t of y = rms_norm(row t of x) · gain, as a RowPrologue.
+struct NormRow {
+  const float* x;
+  const float* gain;
+  float* y;
+  int64_t n;
+  float eps;
+  kernels::RowPrologue prologue() const {
+    return {[](const void* p, int64_t t) {
+              const auto& c = *static_cast<const NormRow*>(p);
+              kernels::rms_norm(c.x + t * c.n, c.gain, c.y + t * c.n, c.n, c.eps);
+            },
+            this};
+  }
+};
+
+// Row t of out = silu(gate) · up (or GELU's, for Gemma), as a RowPrologue.
+struct GatedRow {
+  const float* gate;
+  const float* up;
+  float* out;
+  int64_t n;
+  bool gelu;
+  kernels::RowPrologue prologue() const {
+    return {[](const void* p, int64_t t) {
+              const auto& c = *static_cast<const GatedRow*>(p);
+              if (c.gelu) {
+                kernels::geglu(c.gate + t * c.n, c.up + t * c.n, c.out + t * c.n, c.n);
+              } else {
+                kernels::swiglu(c.gate + t * c.n, c.up + t * c.n, c.out + t * c.n, c.n);
+              }
+            },
+            this};
+  }
+};
 
 // Tensor split where a KV head's query group spans ranks: the rank caches
 // one KV head per sub-group of its query heads, so the heads it projected
@@ -167,12 +208,12 @@ void attention_block(const Model& m, int layer, TokenSpan s, const AttnOptions& 
   // A pipeline stage's cache holds only its own blocks' layers.
   const int kvl =
       (o.kv_layer >= 0 ? o.kv_layer : layer) - (ws.stage ? ws.stage->kv_layer_begin : 0);
-  norm_rows(ws.x.data(), L.attn_norm, ws.cur.data(), T, d, c.rms_eps);
   // With an output gate, q's matrix yields per head h the query at
   // [2h·hd, 2h·hd + hd) and its gate in the next hd.
   float* q_out = o.out_gate ? ws.q_gate.data() : ws.q.data();
+  const NormRow norm{ws.x.data(), L.attn_norm.data(), ws.cur.data(), d, c.rms_eps};
   matmul_same_input({{&L.wq, q_out}, {&L.wk, ws.k.data()}, {&L.wv, ws.v.data()}}, ws.cur.data(), T,
-                    ws, pool);
+                    ws, pool, norm.prologue());
   if (o.out_gate) {
     const int64_t hd = c.head_dim_k;
     for (int64_t i = 0; i < T; ++i)
@@ -248,15 +289,11 @@ void ffn_block(const Model& m, int layer, TokenSpan s, Workspace& ws, ThreadPool
   const ArchConfig& c = m.config();
   const LayerWeights& L = m.weights().layers[static_cast<size_t>(layer)];
   const int64_t T = s.size(), d = c.n_embd, ff = c.n_ff;
-  norm_rows(ws.x.data(), L.ffn_norm, ws.cur.data(), T, d, c.rms_eps);
+  const NormRow norm{ws.x.data(), L.ffn_norm.data(), ws.cur.data(), d, c.rms_eps};
   matmul_same_input({{&L.w_gate, ws.gate.data()}, {&L.w_up, ws.up.data()}}, ws.cur.data(), T, ws,
-                    pool);
-  if (o.gelu) {
-    kernels::geglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), T * ff);
-  } else {
-    kernels::swiglu(ws.gate.data(), ws.up.data(), ws.hidden.data(), T * ff);
-  }
-  matmul(L.w_down, ws.hidden.data(), T, ws.cur.data(), ws, pool);
+                    pool, norm.prologue());
+  const GatedRow gated{ws.gate.data(), ws.up.data(), ws.hidden.data(), ff, o.gelu};
+  matmul_same_input({{&L.w_down, ws.cur.data()}}, ws.hidden.data(), T, ws, pool, gated.prologue());
   reduce_partial(ws, ws.cur.data(), T * d);
   if (o.post_norm) norm_rows(ws.cur.data(), L.ffn_post_norm, ws.cur.data(), T, d, c.rms_eps);
   for (int64_t i = 0; i < T; ++i) kernels::add(ws.x.data() + i * d, ws.cur.data() + i * d, d);

@@ -11,6 +11,7 @@
 // - F32/F16/BF16: the reference sums exact products in double, the kernel in
 //   f32 vector lanes: error <= (n / lanes + log2 lanes) * 2^-24 * S, again
 //   below 1e-5 * S for n <= 2816.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -478,6 +479,73 @@ TEST(RowTilesMatmul, PrefillFromGroupsIsTheRowsPackedPrefill) {
     set_batch_invariant(false);
     EXPECT_TRUE(same) << qtype_name(t) << ": a token of 33 in the batch-invariant mode";
   }
+}
+
+// matmul_batch with a row prologue: the prologue makes each input row (an
+// RMS norm of a source row, as the transformer's blocks ask) once, before
+// the row is quantized or read, and the products are bit for bit those of
+// the rows made first and matmul_batch without it. The input starts as NaN,
+// so a row quantized before its prologue ran shows in the output. Jobs of
+// several formats (Q8_K, Q8_0 rows, f16 and f32 read directly) and token
+// counts (the prologue makes as many rows as the longest job; 1 and 2 rows
+// are made on the caller, 5 and 19 split over the threads), 1-3 threads.
+TEST(MatmulBatch, RowPrologueMakesEachRowBeforeItIsRead) {
+  const int64_t n_in = 512, ld = n_in + 7;
+  const std::vector<float> src = test::random_normal(static_cast<size_t>(19 * ld), 77, 1.0f);
+  const std::vector<float> gain = test::random_normal(static_cast<size_t>(n_in), 78, 1.0f);
+  struct Spec {
+    QType type;
+    int64_t n_out;
+  };
+  const std::vector<Spec> specs = {
+      {QType::Q4_K, 70}, {QType::Q6_K, 33}, {QType::Q8_0, 48}, {QType::F16, 17}, {QType::F32, 9}};
+  for (const int64_t n_tok : {1, 2, 5, 19})
+    for (int threads : {1, 2, 3})
+      for_each_target([&] {
+        SCOPED_TRACE(::testing::Message() << n_tok << " tokens, " << threads << " threads");
+        ThreadPool pool(threads);
+        std::vector<float> x(src.size(), NAN), x_first(src.size(), NAN);
+        std::vector<Problem> problems;
+        std::vector<MatmulJob> jobs, jobs_first;
+        std::vector<std::vector<float>> got(specs.size()), want(specs.size());
+        for (size_t j = 0; j < specs.size(); ++j) {
+          problems.push_back(make_problem(specs[j].type, specs[j].n_out, n_in, n_tok, 40 + j));
+          const Problem& p = problems.back();
+          // The last job takes one token fewer where it can: rows past a
+          // job's count are still made for the others.
+          const int64_t t = j + 1 == specs.size() ? std::max<int64_t>(1, n_tok - 1) : n_tok;
+          got[j].assign(static_cast<size_t>(n_tok * p.ldy), NAN);
+          want[j] = got[j];
+          jobs.push_back({p.view(), x.data(), ld, t, got[j].data(), p.ldy});
+          jobs_first.push_back({p.view(), x_first.data(), ld, t, want[j].data(), p.ldy});
+        }
+        struct Ctx {
+          const float *src, *gain;
+          float* x;
+          int64_t ld, n;
+          std::atomic<int>* calls;
+        };
+        std::vector<std::atomic<int>> calls(static_cast<size_t>(n_tok));
+        const Ctx ctx{src.data(), gain.data(), x.data(), ld, n_in, calls.data()};
+        const RowPrologue prologue{[](const void* p, int64_t t) {
+                                     const auto& c = *static_cast<const Ctx*>(p);
+                                     rms_norm(c.src + t * c.ld, c.gain, c.x + t * c.ld, c.n, 1e-5f);
+                                     c.calls[t].fetch_add(1);
+                                   },
+                                   &ctx};
+        std::vector<uint8_t> scratch(matmul_batch_scratch_bytes(jobs));
+        matmul_batch(jobs, pool, scratch.data(), scratch.size(), prologue);
+        for (int64_t t = 0; t < n_tok; ++t) {
+          EXPECT_EQ(calls[static_cast<size_t>(t)].load(), 1) << "row " << t;
+          rms_norm(src.data() + t * ld, gain.data(), x_first.data() + t * ld, n_in, 1e-5f);
+        }
+        matmul_batch(jobs_first, pool, scratch.data(), scratch.size());
+        for (size_t j = 0; j < jobs.size(); ++j) {
+          ASSERT_EQ(0, std::memcmp(got[j].data(), want[j].data(), got[j].size() * sizeof(float)))
+              << "job " << j << " (" << qtype_name(specs[j].type) << ")";
+          EXPECT_FALSE(std::isnan(got[j][0])) << "job " << j;
+        }
+      });
 }
 
 // matmul_batch runs repacked jobs beside row jobs, one input shared, and
