@@ -26,9 +26,26 @@ int group_size(const AttnParams& p) {
 }
 // Consecutive queries per block: enough to fill kMaxBlockRows rows per KV head.
 int block_queries(const AttnParams& p) {
-  // Batch invariance: every query alone, as a one-query call has it.
+  // Batch invariance: every query alone, as a one-query call has it. (A
+  // block's rows are not computed as each row alone: the score kernels
+  // take keys four at a time and the rest one by one, summing a dot
+  // product in another order, so a key's score depends on how many keys
+  // its tile holds, which in a block is the longest row's count.)
   if (batch_invariant()) return 1;
   return std::max(1, detail::kMaxBlockRows / group_size(p));
+}
+
+// Batch invariance: a query's keys are cut into at most kInvariantChunks
+// chunks at multiples of invariant_chunk_tokens(its length), so how they
+// are cut, and the order the partial states merge in, depend on the
+// query's own length alone, not on the thread count: the same bits on one
+// thread as on sixteen. (They were cut into split_count(1, threads)
+// chunks, so --batch-invariant output changed with -t.)
+constexpr int64_t kInvariantChunks = 8;
+int64_t invariant_chunk_tokens(int64_t n_visible, int page_tokens) {
+  int64_t c = page_tokens;
+  while (c * kInvariantChunks < n_visible) c *= 2;
+  return c;
 }
 // State rows of one item at most: a full block × every query head.
 int item_rows(const AttnParams& p) {
@@ -42,6 +59,8 @@ int item_rows(const AttnParams& p) {
 constexpr int64_t kMaxFoldSpread = 2 * detail::kMaxBlockRows;
 
 bool may_split(const AttnParams& p, int n_threads) {
+  // Batch invariance: the same chunks on one thread as on many.
+  if (batch_invariant()) return p.split_kv != SplitKv::kOff;
   return p.split_kv == SplitKv::kForce || (p.split_kv == SplitKv::kAuto && n_threads > 1);
 }
 
@@ -68,7 +87,7 @@ Layout layout(const AttnParams& p, int64_t n_q, int n_threads) {
   L.partial_floats = state_floats(rows, p.head_dim_v);
   int64_t max_partials = 0;
   if (batch_invariant()) {
-    if (may_split(p, n_threads)) max_partials = n_q * split_count(1, n_threads);
+    if (may_split(p, n_threads)) max_partials = n_q * kInvariantChunks;
   } else if (may_split(p, n_threads)) {
     const int64_t max_blocks = std::min<int64_t>(n_q, 4 * int64_t(n_threads) - 1);
     for (int64_t blocks = 1; blocks <= max_blocks; ++blocks)
@@ -241,6 +260,15 @@ void run_one(const Run& R, int64_t item, int thread) {
   if (R.n_split == 1) {
     it.k_begin = k_start;
     it.k_end = k_max;
+  } else if (batch_invariant()) {
+    // Chunk c holds keys [c·C, (c + 1)·C) of the query's C, page-aligned,
+    // so a chunk never splits a tile; the last ends at the query's length.
+    const int64_t c = invariant_chunk_tokens(k_max, R.page_tokens);
+    it.k_begin = std::clamp(u.chunk * c, k_start, k_max);
+    it.k_end = u.chunk + 1 == R.n_split ? k_max : std::clamp((u.chunk + 1) * c, k_start, k_max);
+    it.k_end = std::max(it.k_begin, it.k_end);
+    st = state_at(R.partials + R.partial_floats * item, max_rows, p.head_dim_v);
+    fold = fold && u.chunk == 0;
   } else {
     // Page-aligned chunks of [k_start, k_max) (the first starts at
     // k_start), so a chunk boundary never splits a tile.
@@ -340,7 +368,7 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
     // Every block (one query) split as one decode row is, whatever else is
     // in the call and however long it is: the chunks follow the query's own
     // length (an empty chunk merges as nothing).
-    if (may_split(p, n_threads)) n_split = split_count(1, n_threads);
+    if (may_split(p, n_threads)) n_split = kInvariantChunks;
   } else if (may_split(p, n_threads) && n_blocks < min_items &&
              (p.split_kv == SplitKv::kForce || k_max >= kSplitMinKeys)) {
     n_split = split_count(n_blocks, n_threads);

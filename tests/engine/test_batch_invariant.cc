@@ -12,6 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "base/batch_invariant.h"
 #include "base/thread_pool.h"
@@ -109,6 +112,71 @@ TEST(BatchInvariant, AVerifyStepEqualsDecodeStepsBitForBit) {
   EXPECT_EQ(short_on, 0.0f);
   EXPECT_EQ(long_on, 0.0f);
   EXPECT_EQ(one_thread, 0.0f);
+}
+
+// The logits of a 600-token prefill's last row and of 8 decode steps after
+// it, on `threads` threads.
+std::vector<float> decode_logits(const Model& m, int threads) {
+  auto made = kv::KvCache::create(m.kv_geometry(QType::F16, QType::F16, 32, 1), 700);
+  EXPECT_TRUE(made.has_value());
+  if (!made) return {};
+  kv::KvCache cache = std::move(*made);
+  ThreadPool pool(threads);
+  Workspace ws = m.make_workspace(256, pool.size());
+  const int64_t V = m.config().n_vocab, n = 600;
+  const std::vector<int32_t> toks = random_tokens(n + 8, V, 5);
+  kv::PageTable t;
+  std::vector<float> out(static_cast<size_t>(9) * V);
+  for (int64_t p0 = 0; p0 < n; p0 += 256) {
+    const int64_t end = std::min(n, p0 + 256);
+    EXPECT_TRUE(cache.reserve(t, end - p0).is_ok());
+    Batch b;
+    b.seqs = {&t};
+    for (int64_t i = p0; i < end; ++i) b.tokens.push_back({toks[size_t(i)], 0, i, i + 1 == n});
+    EXPECT_TRUE(m.forward(b, cache, ws, pool, out.data()).is_ok());
+  }
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_TRUE(cache.reserve(t, 1).is_ok());
+    Batch b;
+    b.seqs = {&t};
+    b.tokens.push_back({toks[size_t(n + j)], 0, n + j, true});
+    EXPECT_TRUE(m.forward(b, cache, ws, pool, out.data() + size_t(j + 1) * V).is_ok());
+  }
+  cache.release(t);
+  return out;
+}
+
+// The mode's output does not depend on the thread count: a long context's
+// keys are cut into chunks by the query's own length, not into as many as
+// the threads ask for (they were, and `-t 1` and `-t 2` printed other
+// tokens on a random-weight model). smollm2's shape past eight pages, and
+// the reference models of every layer kind (hybrid, MoE, sliding window,
+// K-quants) where ../shared is present; 1, 2 and 3 threads.
+TEST(BatchInvariant, TheThreadCountDoesNotChangeTheLogits) {
+  std::vector<std::string> paths = {model_path()};
+  if (!test::ref_dir().empty())
+    for (const char* name :
+         {"tiny-qwen35-Q8_0", "tiny-qwen3moe-Q8_0", "tiny-gemma3-f32", "tiny-llama-Q4_K_M"})
+      paths.push_back(test::ref_path(std::string("models/") + name + ".gguf"));
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    auto md = Model::load(path);
+    ASSERT_TRUE(md.has_value()) << md.status().message();
+    set_batch_invariant(true);
+    const std::vector<float> one = decode_logits(**md, 1), two = decode_logits(**md, 2),
+                             three = decode_logits(**md, 3);
+    set_batch_invariant(false);
+    const std::vector<float> dflt_one = decode_logits(**md, 1), dflt_two = decode_logits(**md, 2);
+    ASSERT_EQ(one.size(), two.size());
+    ASSERT_EQ(one.size(), three.size());
+    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(one.data(), three.data(), one.size() * sizeof(float)));
+    if (path == model_path()) {
+      // The default mode splits by the thread count: what the test would
+      // miss if the mode were not in force.
+      EXPECT_NE(0, std::memcmp(dflt_one.data(), dflt_two.data(), one.size() * sizeof(float)));
+    }
+  }
 }
 
 // The other layer kinds: a hybrid's DeltaNet layers (chunked over several
