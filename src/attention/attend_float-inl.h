@@ -95,6 +95,40 @@ HWY_INLINE void ScoreRows(D d, const float* const* q, const uint8_t* krows, size
       for (int r = 0; r < R; ++r)
         hn::StoreU(hn::Mul(Sum4(d, a0[r], a1[r], a2[r], a3[r]), vscale), d4, scores[r] + j);
     }
+    if (j < n) {
+      // The last 1-3 keys as a group of four, zero vectors for the missing
+      // ones: Sum4's lane i sums accumulator i alone, so a key's score has
+      // the same bits whatever the tile's length. (Scored one by one they
+      // were summed another way, and a block's shorter rows, whose tile
+      // runs to the longest row, scored their last keys unlike alone:
+      // batch invariance, attention.cc.)
+      const int m = n - j;
+      pf.rows(j, m);
+      const uint8_t* k0 = krows + j * kstride;
+      hn::Vec<D> a0[R], a1[R], a2[R], a3[R];
+      for (int r = 0; r < R; ++r) a0[r] = a1[r] = a2[r] = a3[r] = hn::Zero(d);
+      for (size_t c = 0; c < size_t(dk); c += N) {
+        if constexpr (kCursor) {
+          next->step();
+          next->step();
+        }
+        const auto x0 = KF::Load(d, k0, c);
+        const auto x1 = m > 1 ? KF::Load(d, k0 + kstride, c) : hn::Zero(d);
+        const auto x2 = m > 2 ? KF::Load(d, k0 + 2 * kstride, c) : hn::Zero(d);
+        for (int r = 0; r < R; ++r) {
+          const auto qv = hn::LoadU(d, q[r] + c);
+          a0[r] = hn::MulAdd(qv, x0, a0[r]);
+          a1[r] = hn::MulAdd(qv, x1, a1[r]);
+          a2[r] = hn::MulAdd(qv, x2, a2[r]);
+        }
+      }
+      alignas(16) float four[4];
+      for (int r = 0; r < R; ++r) {
+        hn::StoreU(hn::Mul(Sum4(d, a0[r], a1[r], a2[r], a3[r]), vscale), d4, four);
+        for (int k = 0; k < m; ++k) scores[r][j + k] = four[k];
+      }
+      j = n;
+    }
   }
 #endif
   for (; j < n; ++j) {

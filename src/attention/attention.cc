@@ -24,15 +24,31 @@ using detail::state_floats;
 int group_size(const AttnParams& p) {
   return p.n_head / p.n_head_kv;
 }
-// Consecutive queries per block: enough to fill kMaxBlockRows rows per KV head.
+// Consecutive queries per block: enough to fill kMaxBlockRows rows per KV
+// head. (Scratch is sized for it in every mode; batch invariance may take
+// fewer, block_limit.)
 int block_queries(const AttnParams& p) {
-  // Batch invariance: every query alone, as a one-query call has it. (A
-  // block's rows are not computed as each row alone: the score kernels
-  // take keys four at a time and the rest one by one, summing a dot
-  // product in another order, so a key's score depends on how many keys
-  // its tile holds, which in a block is the longest row's count.)
-  if (batch_invariant()) return 1;
   return std::max(1, detail::kMaxBlockRows / group_size(p));
+}
+
+// Whether the kernels compute each row of a block bit for bit as that row
+// alone (each row its own scores, softmax and sums over the same key tiles;
+// keys past a row's length add exact zeros): the f32 kernels over F32, F16
+// and BF16 rows. The integer kernels (the block formats, fp8) are not
+// checked to: their queries and probabilities are quantized per tile.
+bool rows_exact(const kv::KvGeometry& g) {
+  auto exact = [](QType t) { return t == QType::F32 || t == QType::F16 || t == QType::BF16; };
+  return exact(g.k_type) && exact(g.v_type);
+}
+
+// The most queries of one block in this call. Batch invariance: one, as a
+// one-query call has it, except where the kernels are row-exact and there
+// is no sliding window (a block's rows fold their own window starts); there
+// a verify step's or a prefill chunk's consecutive queries of equal chunk
+// size (invariant_chunk_tokens) share a block and read each K/V tile once.
+int block_limit(const AttnParams& p, const kv::KvGeometry& g) {
+  if (batch_invariant() && (p.window > 0 || !rows_exact(g))) return 1;
+  return block_queries(p);
 }
 
 // Batch invariance: a query's keys are cut into at most kInvariantChunks
@@ -261,8 +277,9 @@ void run_one(const Run& R, int64_t item, int thread) {
     it.k_begin = k_start;
     it.k_end = k_max;
   } else if (batch_invariant()) {
-    // Chunk c holds keys [c·C, (c + 1)·C) of the query's C, page-aligned,
-    // so a chunk never splits a tile; the last ends at the query's length.
+    // Chunk c holds keys [c·C, (c + 1)·C) of the block's C (every query of
+    // a block has the same), page-aligned, so a chunk never splits a tile;
+    // the last ends at the block's longest query.
     const int64_t c = invariant_chunk_tokens(k_max, R.page_tokens);
     it.k_begin = std::clamp(u.chunk * c, k_start, k_max);
     it.k_end = u.chunk + 1 == R.n_split ? k_max : std::clamp((u.chunk + 1) * c, k_start, k_max);
@@ -329,7 +346,7 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
 
   // Blocks of consecutive queries that share a page table.
   auto* block_start = reinterpret_cast<int32_t*>(base + L.blocks_off);
-  const int max_block = block_queries(p);
+  const int max_block = block_limit(p, g);
   int64_t n_blocks = 0, k_max = 0;
   for (int64_t t = 0; t < n_q; ++t) {
     const QueryInfo& qi = queries[t];
@@ -337,7 +354,10 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
                   qi.n_visible <= static_cast<int64_t>(qi.pages->pages.size()) * g.page_tokens);
     k_max = std::max(k_max, qi.n_visible);
     if (n_blocks == 0 || qi.pages != queries[block_start[n_blocks - 1]].pages ||
-        t - block_start[n_blocks - 1] >= max_block) {
+        t - block_start[n_blocks - 1] >= max_block ||
+        (batch_invariant() &&
+         invariant_chunk_tokens(qi.n_visible, g.page_tokens) !=
+             invariant_chunk_tokens(queries[block_start[n_blocks - 1]].n_visible, g.page_tokens))) {
       block_start[n_blocks++] = static_cast<int32_t>(t);
     }
   }

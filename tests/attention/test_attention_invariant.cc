@@ -2,7 +2,11 @@
 // output is a function of its own keys only, bit for bit: not of the other
 // queries in the call, nor of the thread count. The chunks a long context's
 // keys are split into (and the order their partial states merge in) are
-// fixed by the query's own length, so 1, 2 and 3 threads give the same bits.
+// fixed by the query's own length, so 1, 2 and 3 threads give the same bits;
+// over F32, F16 and BF16 rows a verify step's consecutive queries share a
+// block (each K/V tile read once for all of them) and each still equals its
+// one-query call, which needs every key scored alike whatever the tile's
+// length (attend_float-inl.h, ScoreRows' last keys).
 #include <cstring>
 #include <string>
 #include <vector>
