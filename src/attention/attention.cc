@@ -34,8 +34,10 @@ int block_queries(const AttnParams& p) {
 // Whether the kernels compute each row of a block bit for bit as that row
 // alone (each row its own scores, softmax and sums over the same key tiles;
 // keys past a row's length add exact zeros): the f32 kernels over F32, F16
-// and BF16 rows. The integer kernels (the block formats, fp8) are not
-// checked to: their queries and probabilities are quantized per tile.
+// and BF16 rows. Not the block formats': their V kernels quantize a row's
+// weights against the largest |d| of all the tile's keys (in a block, keys
+// only a longer row sees), and their untiled score kernels sum a tile's
+// last 1-3 keys another way (docs/engine.md, Determinism).
 bool rows_exact(const kv::KvGeometry& g) {
   auto exact = [](QType t) { return t == QType::F32 || t == QType::F16 || t == QType::BF16; };
   return exact(g.k_type) && exact(g.v_type);
