@@ -124,17 +124,22 @@ HWY_INLINE void TileRows(D d, const Item& it, const float* const* q, const int* 
   if constexpr (std::is_same_v<VF, TiledRows<QType::FP8_E4M3>>)
     AccumulateRowsFp8Tiled<R>(s, vgroups, n_max, it.dv, o, vwork, next, touch);
   else if constexpr (kIsTiled<VF>)
-    AccumulateRowsTiled<R, VF::kType>(s, vgroups, n_max, it.dv, o, vwork, next, touch);
+    AccumulateRowsTiled<R, VF::kType>(s, vgroups, n_max, it.dv, o, vwork, next, touch,
+                                      it.row_bounds);
   else if constexpr (std::is_same_v<VF, Q8Rows>)
-    AccumulateRowsQ8Int<R>(s, vrows, vstride, n_max, it.dv, o, vwork);
+    AccumulateRowsQ8Int<R>(s, vrows, vstride, n_max, it.dv, o, vwork, it.row_bounds);
   else if constexpr (std::is_same_v<VF, Q4_0Rows>)
-    AccumulateRowsQ4Int<R, BlockQ4_0, 8, false, false>(s, vrows, vstride, n_max, it.dv, o, vwork);
+    AccumulateRowsQ4Int<R, BlockQ4_0, 8, false, false>(s, vrows, vstride, n_max, it.dv, o, vwork,
+                                                       it.row_bounds);
   else if constexpr (std::is_same_v<VF, Q4_1Rows>)
-    AccumulateRowsQ4Int<R, BlockQ4_1, 0, true, false>(s, vrows, vstride, n_max, it.dv, o, vwork);
+    AccumulateRowsQ4Int<R, BlockQ4_1, 0, true, false>(s, vrows, vstride, n_max, it.dv, o, vwork,
+                                                      it.row_bounds);
   else if constexpr (std::is_same_v<VF, Q5_0Rows>)
-    AccumulateRowsQ4Int<R, BlockQ5_0, 16, false, true>(s, vrows, vstride, n_max, it.dv, o, vwork);
+    AccumulateRowsQ4Int<R, BlockQ5_0, 16, false, true>(s, vrows, vstride, n_max, it.dv, o, vwork,
+                                                       it.row_bounds);
   else if constexpr (std::is_same_v<VF, Q5_1Rows>)
-    AccumulateRowsQ4Int<R, BlockQ5_1, 0, true, true>(s, vrows, vstride, n_max, it.dv, o, vwork);
+    AccumulateRowsQ4Int<R, BlockQ5_1, 0, true, true>(s, vrows, vstride, n_max, it.dv, o, vwork,
+                                                     it.row_bounds);
   else
 #else
   if constexpr (std::is_same_v<VF, Q8Rows>)

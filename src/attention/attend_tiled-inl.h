@@ -216,7 +216,7 @@ HWY_NOINLINE void ScoreRowsTiled(const Q8Query* q, const uint8_t* const* groups,
 template <int R, QType T>
 HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* const* groups, int n,
                                       int dv, float* const* o, float* work, LineCursor& next,
-                                      bool touch) {
+                                      bool touch, bool row_bounds) {
   static_assert(kTileTiled == 64, "the weight bytes below are laid out for 4 groups");
   using F = TiledFmt<T>;
   const int nb = dv / kQK;
@@ -241,18 +241,31 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* cons
   }
   for (int b = 0; b < nb; ++b) {
     __m512 d[4], m[4];
-    __m512 dabs = _mm512_setzero_ps();
+    __m512 dabs_tile = _mm512_setzero_ps();
     for (int g = 0; g < n_groups; ++g) {
       const uint8_t* gb = groups[g] + size_t(b) * F::kSize;
       next.step();  // the scales' line (and minimums' or high bits')
       if constexpr (F::kMin || F::kHigh) next.step();
       d[g] = Half16(gb, live[g]);
       if constexpr (F::kMin) m[g] = Half16(gb + 32, live[g]);
-      dabs = _mm512_max_ps(dabs, _mm512_abs_ps(d[g]));
+      dabs_tile = _mm512_max_ps(dabs_tile, _mm512_abs_ps(d[g]));
     }
-    const float dmax = _mm512_reduce_max_ps(dabs);
+    const float dmax_tile = _mm512_reduce_max_ps(dabs_tile);
     float step[R], add[R];
     for (int r = 0; r < R; ++r) {
+      // With row_bounds, the bound over the keys this row weighs (p > 0),
+      // not every key of the tile: a row of a block is then quantized as it
+      // is alone, where the tile ends at its own length (batch invariance).
+      float dmax = dmax_tile;
+      if (row_bounds) {
+        __m512 dabs = _mm512_setzero_ps();
+        for (int g = 0; g < n_groups; ++g) {
+          const __mmask16 seen =
+              _mm512_cmp_ps_mask(_mm512_loadu_ps(p[r] + 16 * g), _mm512_setzero_ps(), _CMP_GT_OQ);
+          dabs = _mm512_mask_max_ps(dabs, seen, dabs, _mm512_abs_ps(d[g]));
+        }
+        dmax = _mm512_reduce_max_ps(dabs);
+      }
       const float bound = pmax[r] * dmax;
       const float inv = bound > 1e-30f ? 32639.0f / bound : 0.0f;
       step[r] = inv > 0.0f ? bound * (1.0f / 32639.0f) : 0.0f;

@@ -112,6 +112,17 @@ HWY_INLINE __m512i LoadQ8Pair(const BlockQ8_0* blk, bool pair) {
   return _mm512_xor_si512(x, _mm512_set1_epi8(static_cast<char>(0x80)));
 }
 
+// A K row of zero blocks for the keys a tail group lacks (scale 0: their
+// scores are 0 and never read), for head dims up to 32 blocks.
+alignas(64) inline constexpr uint8_t kZeroKeyRow[32 * sizeof(BlockQ8_0)] = {};
+
+// The f32 scales of block b of four rows at rows[0..3].
+HWY_INLINE __m128 Q8Scales4At(const uint8_t* const* rows, int b) {
+  const auto sc = [&](int t) { return reinterpret_cast<const BlockQ8_0*>(rows[t])[b].d; };
+  return _mm_cvtph_ps(
+      _mm_setr_epi16(short(sc(0)), short(sc(1)), short(sc(2)), short(sc(3)), 0, 0, 0, 0));
+}
+
 // The f32 scales of block b of four rows kstride apart.
 HWY_INLINE __m128 Q8Scales4(const uint8_t* k0, size_t kstride, int b) {
   const auto sc = [&](int t) {
@@ -145,10 +156,16 @@ HWY_NOINLINE void ScoreRowsQ8(const Q8Query* q, const uint8_t* krows, size_t kst
     qd[r] = q[r].d;
     qc[r] = q[r].corr;
   }
-  int j = 0;
-  for (; j + 4 <= n; j += 4) {
-    PrefetchQ8(pf, j, 4);
-    const uint8_t* k0 = krows + j * kstride;
+  SUSTAIN_CHECK(nb <= 32);  // kZeroKeyRow
+  // Four keys at a time; the last 1-3 as a group of four with zero rows for
+  // the missing keys. Lane t of the sums is key t's alone, so a key's score
+  // has the same bits whatever the tile's length: a row of a block, whose
+  // tile runs to the longest row, is scored as alone (batch invariance).
+  for (int j = 0; j < n; j += 4) {
+    const int m = std::min(4, n - j);
+    PrefetchQ8(pf, j, m);
+    const uint8_t* rows[4];
+    for (int t = 0; t < 4; ++t) rows[t] = t < m ? krows + (j + t) * kstride : kZeroKeyRow;
     __m128 out[R];
     for (int r = 0; r < R; ++r) out[r] = _mm_setzero_ps();
     // Blocks b and b + 1 (kPair) or block b alone (an odd last block).
@@ -156,9 +173,9 @@ HWY_NOINLINE void ScoreRowsQ8(const Q8Query* q, const uint8_t* krows, size_t kst
       constexpr bool kPair = decltype(pair_tag)::value;
       __m512i x[4];
       for (int t = 0; t < 4; ++t)
-        x[t] = LoadQ8Pair(reinterpret_cast<const BlockQ8_0*>(k0 + t * kstride) + b, kPair);
-      const __m128 kd0 = Q8Scales4(k0, kstride, b);
-      const __m128 kd1 = kPair ? Q8Scales4(k0, kstride, b + 1) : _mm_setzero_ps();
+        x[t] = LoadQ8Pair(reinterpret_cast<const BlockQ8_0*>(rows[t]) + b, kPair);
+      const __m128 kd0 = Q8Scales4At(rows, b);
+      const __m128 kd1 = kPair ? Q8Scales4At(rows, b + 1) : _mm_setzero_ps();
       for (int r = 0; r < R; ++r) {
         const __m512i qv = _mm512_loadu_si512(qs[r] + b * kQK);
         const __m512i z = _mm512_setzero_si512();
@@ -188,19 +205,14 @@ HWY_NOINLINE void ScoreRowsQ8(const Q8Query* q, const uint8_t* krows, size_t kst
     int b = 0;
     for (; b + 2 <= nb; b += 2) blocks(b, std::true_type());
     if (b < nb) blocks(b, std::false_type());
-    for (int r = 0; r < R; ++r) _mm_storeu_ps(scores[r] + j, out[r]);
-  }
-  for (; j < n; ++j) {
-    PrefetchQ8(pf, j, 1);
-    const auto* blk = reinterpret_cast<const BlockQ8_0*>(krows + j * kstride);
-    for (int r = 0; r < R; ++r) {
-      float acc = 0.0f;
-      for (int b = 0; b < nb; ++b) {
-        int32_t dot = 0;
-        for (int i = 0; i < kQK; ++i) dot += int32_t(blk[b].qs[i]) * q[r].qs[b * kQK + i];
-        acc += float(dot) * f16_to_f32(blk[b].d) * q[r].d[b];
+    if (m == 4) {
+      for (int r = 0; r < R; ++r) _mm_storeu_ps(scores[r] + j, out[r]);
+    } else {
+      alignas(16) float four[4];
+      for (int r = 0; r < R; ++r) {
+        _mm_store_ps(four, out[r]);
+        for (int t = 0; t < m; ++t) scores[r][j + t] = four[t];
       }
-      scores[r][j] = acc;
     }
   }
 }
@@ -222,16 +234,17 @@ HWY_NOINLINE void ScoreRowsQ4(const Q8Query* q, const uint8_t* krows, size_t kst
   const int nb = dk / kQK;
   const __m512i nib = _mm512_set1_epi8(0x0f);
   const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  // Four keys at k0, one per 128-bit lane: acc[r] holds 4 partial sums per
-  // key, mins[r] the minimum terms of the formats that have one.
-  const auto group = [&](const uint8_t* k0, __m512* acc, __m128* mins) {
+  SUSTAIN_CHECK(nb * sizeof(Blk) <= sizeof(kZeroKeyRow));
+  // Four keys at rows[0..3], one per 128-bit lane: acc[r] holds 4 partial
+  // sums per key, mins[r] the minimum terms of the formats that have one.
+  const auto group = [&](const uint8_t* const* rows, __m512* acc, __m128* mins) {
     for (int r = 0; r < R; ++r) {
       acc[r] = _mm512_setzero_ps();
       mins[r] = _mm_setzero_ps();
     }
     for (int b = 0; b < nb; ++b) {
       const Blk* bt[4];
-      for (int t = 0; t < 4; ++t) bt[t] = reinterpret_cast<const Blk*>(k0 + t * kstride) + b;
+      for (int t = 0; t < 4; ++t) bt[t] = reinterpret_cast<const Blk*>(rows[t]) + b;
       __m512i x = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bt[0]->qs)));
       x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(bt[1]->qs)), 1);
       x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(bt[2]->qs)), 2);
@@ -274,15 +287,23 @@ HWY_NOINLINE void ScoreRowsQ4(const Q8Query* q, const uint8_t* krows, size_t kst
       }
     }
   };
-  int j = 0;
   // Sixteen keys at a time: the four groups' lane sums reduced together by a
-  // transpose-and-add (10 instructions per row instead of 4 × 5).
+  // transpose-and-add (10 instructions per row instead of 4 × 5). The last
+  // 1-15 keys likewise, with zero rows for the missing ones: each key's sum
+  // stays its own, so a key's score has the same bits whatever the tile's
+  // length (a row of a block is scored as alone: batch invariance).
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  for (; j + 16 <= n; j += 16) {
-    PrefetchQ8(pf, j, 16);
+  for (int j = 0; j < n; j += 16) {
+    const int live = std::min(16, n - j);
+    PrefetchQ8(pf, j, live);
     __m512 acc[4][R];
     __m128 mins[4][R];
-    for (int g = 0; g < 4; ++g) group(krows + (j + 4 * g) * kstride, acc[g], mins[g]);
+    for (int g = 0; g < 4; ++g) {
+      const uint8_t* rows[4];
+      for (int t = 0; t < 4; ++t)
+        rows[t] = 4 * g + t < live ? krows + (j + 4 * g + t) * kstride : kZeroKeyRow;
+      group(rows, acc[g], mins[g]);
+    }
     for (int r = 0; r < R; ++r) {
       // Lane t of group g's 128-bit lanes: [a0+a2, b0+b2, a1+a3, b1+b3] ...
       const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(acc[0][r], acc[1][r]),
@@ -301,51 +322,21 @@ HWY_NOINLINE void ScoreRowsQ4(const Q8Query* q, const uint8_t* krows, size_t kst
         m = _mm512_insertf32x4(m, mins[3][r], 3);
         res = _mm512_add_ps(res, m);
       }
-      _mm512_storeu_ps(scores[r] + j, res);
-    }
-  }
-  const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  for (; j + 4 <= n; j += 4) {
-    PrefetchQ8(pf, j, 4);
-    __m512 acc[R];
-    __m128 mins[R];
-    group(krows + j * kstride, acc, mins);
-    for (int r = 0; r < R; ++r) {
-      const __m512 s1 = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
-      const __m512 s2 = _mm512_add_ps(s1, _mm512_permute_ps(s1, 0x4E));
-      __m128 res = _mm512_castps512_ps128(_mm512_permutexvar_ps(gather, s2));
-      if constexpr (kMin) res = _mm_add_ps(res, mins[r]);
-      _mm_storeu_ps(scores[r] + j, res);
-    }
-  }
-  for (; j < n; ++j) {
-    PrefetchQ8(pf, j, 1);
-    const auto* blk = reinterpret_cast<const Blk*>(krows + j * kstride);
-    for (int r = 0; r < R; ++r) {
-      float acc = 0.0f;
-      for (int b = 0; b < nb; ++b) {
-        uint32_t h = 0;
-        if constexpr (kHigh) std::memcpy(&h, HighOf(blk[b]), sizeof(h));
-        const int32_t sum_q = q[r].corr[b] / 128;
-        int32_t dot = -kOffset * sum_q;
-        for (int i = 0; i < kQK / 2; ++i) {
-          const int c0 = (blk[b].qs[i] & 15) | int((h >> i) & 1) << 4;
-          const int c1 = (blk[b].qs[i] >> 4) | int((h >> (i + 16)) & 1) << 4;
-          dot += c0 * q[r].qs[b * kQK + i] + c1 * q[r].qs[b * kQK + i + 16];
-        }
-        acc += float(dot) * f16_to_f32(blk[b].d) * q[r].d[b];
-        if constexpr (kMin) acc += f16_to_f32(MinOf(blk[b])) * q[r].d[b] * float(sum_q);
+      if (live == 16) {
+        _mm512_storeu_ps(scores[r] + j, res);
+      } else {
+        _mm512_mask_storeu_ps(scores[r] + j, __mmask16((1u << live) - 1), res);
       }
-      scores[r][j] = acc;
     }
   }
 }
 
 // The int16 softmax weights of the integer V paths, per row r and block b:
 // w_j = p_r[j] · d_jb, quantized against a bound of their largest, the
-// row's largest p in the tile × the block's largest |d| (both are exact
-// maxima, so |w_j| never exceeds it). One reduction per row and one per
-// block per tile, instead of one per (row, block); the bound may be up to
+// row's largest p in the tile × the largest |d| of the block over the keys
+// the row weighs (p > 0: keys only another row of a block sees must not
+// move the bound; both are exact maxima, so |w_j| never exceeds it). The
+// bound may be up to
 // the spread of d above the true largest weight, leaving ≥ 11 of the 15
 // bits for block scales within 16× of each other. All blocks' scales are
 // copied first, so their vector loads read stores that have retired (a
@@ -356,14 +347,16 @@ struct VScales {
   const uint16_t* d;  // [nb][kTile] f16 block scales, 0 past n
   const uint16_t* m;  // [nb][kTile] f16 block minimums (formats with one)
   __m512 p0[R], p1[R];
+  bool row_bounds = false;  // Item::row_bounds
   float pmax[R];
 
   static size_t Floats(int nb) { return size_t(nb) * kTile; }  // 2 × nb × kTile uint16
 
   template <class Blk, bool kMin>
   static VScales Load(const float* const* p, const uint8_t* vrows, size_t vstride, int n, int nb,
-                      float* work) {
+                      float* work, bool row_bounds) {
     VScales v;
+    v.row_bounds = row_bounds;
     auto* d = reinterpret_cast<uint16_t*>(work);
     uint16_t* m = d + size_t(nb) * kTile;
     for (int j = 0; j < n; ++j) {
@@ -395,8 +388,18 @@ struct VScales {
     const __m512 d1 =
         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + b * kTile + 16)));
     // Q4_0 / Q5_0 scales may be negative (the signed extreme maps to code 0).
-    const float dmax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(d0), _mm512_abs_ps(d1)));
+    const __m512 a0 = _mm512_abs_ps(d0), a1 = _mm512_abs_ps(d1);
+    const __m512 zero = _mm512_setzero_ps();
+    const float dmax_tile = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
     for (int r = 0; r < R; ++r) {
+      // With row_bounds, the bound over the keys this row weighs (p > 0),
+      // not every key of the tile: a row of a block is then quantized as it
+      // is alone, where the tile ends at its own length (batch invariance).
+      const float dmax =
+          row_bounds ? _mm512_reduce_max_ps(_mm512_max_ps(
+                           _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p0[r], zero, _CMP_GT_OQ), a0),
+                           _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p1[r], zero, _CMP_GT_OQ), a1)))
+                     : dmax_tile;
       const float bound = pmax[r] * dmax;
       // A bound this small means weights that no float sum would notice.
       const float inv = bound > 1e-30f ? 32767.0f / bound : 0.0f;
@@ -427,9 +430,11 @@ struct VScales {
 // R × kTile / 2 uint32.
 template <int R>
 HWY_NOINLINE void AccumulateRowsQ8Int(const float* const* p, const uint8_t* vrows, size_t vstride,
-                                      int n, int dv, float* const* o, float* work) {
+                                      int n, int dv, float* const* o, float* work,
+                                      bool row_bounds) {
   const int nb = dv / kQK;
-  const VScales<R> vs = VScales<R>::template Load<BlockQ8_0, false>(p, vrows, vstride, n, nb, work);
+  const VScales<R> vs =
+      VScales<R>::template Load<BlockQ8_0, false>(p, vrows, vstride, n, nb, work, row_bounds);
   auto* wpair = reinterpret_cast<uint32_t*>(work + VScales<R>::Floats(nb));
   const int n_pairs = (n + 1) / 2;
   for (int b = 0; b < nb; ++b) {
@@ -480,11 +485,12 @@ HWY_NOINLINE void AccumulateRowsQ8Int(const float* const* p, const uint8_t* vrow
 // (sum p_j m_j) are per row and block, added to all 32 elements. `work`:
 // see VScales, then R × kTile / 2 uint32.
 template <int R, class Blk, int kOffset, bool kMin, bool kHigh>
-HWY_NOINLINE void AccumulateRowsQ4Int(const float* const* p, const uint8_t* vrows,
-                                      size_t vstride, int n, int dv, float* const* o,
-                                      float* work) {
+HWY_NOINLINE void AccumulateRowsQ4Int(const float* const* p, const uint8_t* vrows, size_t vstride,
+                                      int n, int dv, float* const* o, float* work,
+                                      bool row_bounds) {
   const int nb = dv / kQK;
-  const VScales<R> vs = VScales<R>::template Load<Blk, kMin>(p, vrows, vstride, n, nb, work);
+  const VScales<R> vs =
+      VScales<R>::template Load<Blk, kMin>(p, vrows, vstride, n, nb, work, row_bounds);
   auto* wpair = reinterpret_cast<uint32_t*>(work + VScales<R>::Floats(nb));
   const int n_pairs = (n + 1) / 2;
   const __m256i nib = _mm256_set1_epi8(0x0f);

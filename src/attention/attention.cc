@@ -31,25 +31,18 @@ int block_queries(const AttnParams& p) {
   return std::max(1, detail::kMaxBlockRows / group_size(p));
 }
 
-// Whether the kernels compute each row of a block bit for bit as that row
-// alone (each row its own scores, softmax and sums over the same key tiles;
-// keys past a row's length add exact zeros): the f32 kernels over F32, F16
-// and BF16 rows. Not the block formats': their V kernels quantize a row's
-// weights against the largest |d| of all the tile's keys (in a block, keys
-// only a longer row sees), and their untiled score kernels sum a tile's
-// last 1-3 keys another way (docs/engine.md, Determinism).
-bool rows_exact(const kv::KvGeometry& g) {
-  auto exact = [](QType t) { return t == QType::F32 || t == QType::F16 || t == QType::BF16; };
-  return exact(g.k_type) && exact(g.v_type);
-}
-
-// The most queries of one block in this call. Batch invariance: one, as a
-// one-query call has it, except where the kernels are row-exact and there
-// is no sliding window (a block's rows fold their own window starts); there
-// a verify step's or a prefill chunk's consecutive queries of equal chunk
-// size (invariant_chunk_tokens) share a block and read each K/V tile once.
-int block_limit(const AttnParams& p, const kv::KvGeometry& g) {
-  if (batch_invariant() && (p.window > 0 || !rows_exact(g))) return 1;
+// The most queries of one block in this call. Batch invariance: where a
+// sliding window is, one, as a one-query call has it (a block's rows fold
+// their own window starts); elsewhere a verify step's or a prefill chunk's
+// consecutive queries of equal chunk size (invariant_chunk_tokens) share a
+// block and read each K/V tile once. Every kernel computes each row of a
+// block bit for bit as that row alone: each row its own scores, softmax
+// and sums over the same key tiles; a key's score the same whatever the
+// tile's length (the score kernels' last keys are a padded group, not a
+// tail summed another way); keys past a row's length weigh exact zeros;
+// and the integer V kernels bound a row's weights by the keys it weighs.
+int block_limit(const AttnParams& p) {
+  if (batch_invariant() && p.window > 0) return 1;
   return block_queries(p);
 }
 
@@ -257,6 +250,7 @@ void run_one(const Run& R, int64_t item, int thread) {
   it.dk = p.head_dim_k;
   it.dv = p.head_dim_v;
   it.scale = p.scale;
+  it.row_bounds = batch_invariant();
   float* work = R.work + R.work_floats * thread;
   it.work = work;
   const int max_rows = item_rows(p);
@@ -348,7 +342,7 @@ void attend(const kv::KvCache& cache, int layer, const AttnParams& p,
 
   // Blocks of consecutive queries that share a page table.
   auto* block_start = reinterpret_cast<int32_t*>(base + L.blocks_off);
-  const int max_block = block_limit(p, g);
+  const int max_block = block_limit(p);
   int64_t n_blocks = 0, k_max = 0;
   for (int64_t t = 0; t < n_q; ++t) {
     const QueryInfo& qi = queries[t];

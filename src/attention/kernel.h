@@ -53,6 +53,11 @@ struct Item {
   float* l = nullptr;
   float* o = nullptr;
   float* work = nullptr;  // work_floats(dk, dv) floats, 64-byte aligned
+  // The integer V kernels bound each row's weights by the keys that row
+  // weighs, not every key of the tile, so a row of a block is quantized as
+  // it is alone (batch invariance; ~7 % of a q8_0 verify block's attention,
+  // so only in the mode).
+  bool row_bounds = false;
 };
 
 // Rows whose scores are computed together (kernel registers allow 4).

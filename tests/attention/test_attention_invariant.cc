@@ -3,10 +3,11 @@
 // queries in the call, nor of the thread count. The chunks a long context's
 // keys are split into (and the order their partial states merge in) are
 // fixed by the query's own length, so 1, 2 and 3 threads give the same bits;
-// over F32, F16 and BF16 rows a verify step's consecutive queries share a
-// block (each K/V tile read once for all of them) and each still equals its
-// one-query call, which needs every key scored alike whatever the tile's
-// length (attend_float-inl.h, ScoreRows' last keys).
+// a verify step's consecutive queries share a block (each K/V tile read once
+// for all of them) and each still equals its one-query call, which needs
+// every kernel to give a row the same bits whatever the tile's length (the
+// score kernels' last keys, the integer V kernels' weight bound).
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 
 #include "attn_test_util.h"
 #include "base/batch_invariant.h"
+#include "hwy/targets.h"
 
 namespace sustain::attention::test {
 namespace {
@@ -89,6 +91,42 @@ TEST(AttentionInvariant, AVerifyBlockEqualsOneCallPerQueryOnAnyThreadCount) {
         EXPECT_LE(max_rel_error(first, ref, p.head_dim_v), 0.05);
       }
     }
+}
+
+// The same on every SIMD target this CPU runs (AVX2, SSE4, scalar, ...
+// beside the best one): each has its own score and V kernels.
+TEST(AttentionInvariant, EveryCompiledTarget) {
+  const InvariantMode mode;
+  struct Case {
+    QType t;
+    bool tiled;
+  };
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    std::printf("[ target   ] %s\n", hwy::TargetName(target));
+    for (const Case c :
+         {Case{QType::F16, false}, Case{QType::Q8_0, false}, Case{QType::Q8_0, true},
+          Case{QType::Q4_1, false}, Case{QType::Q5_0, true}, Case{QType::FP8_E4M3, false}}) {
+      SCOPED_TRACE(std::string(qtype_name(c.t)) + (c.tiled ? " tiled" : " rows"));
+      const kv::KvGeometry g = geometry(c.t, c.tiled, 64);
+      const AttnParams p = params_for(g, 3, SplitKv::kAuto);
+      const int64_t n = 263;
+      Filled f = make_filled(g, {n}, 9);
+      std::vector<QueryInfo> block;
+      for (int64_t j = 4; j >= 0; --j) block.push_back({&f.seqs[0], n - j});
+      const size_t row = size_t(p.n_head) * p.head_dim_k, out_row = size_t(p.n_head) * p.head_dim_v;
+      const std::vector<float> q = random_q(block.size() * row, 10);
+      const std::vector<float> together = run(*f.cache, p, block, q.data(), 2);
+      for (size_t b = 0; b < block.size(); ++b) {
+        const std::vector<float> alone = run(*f.cache, p, {block[b]}, q.data() + b * row, 2);
+        EXPECT_EQ(0,
+                  std::memcmp(alone.data(), together.data() + b * out_row, out_row * sizeof(float)))
+            << "query " << b;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace
