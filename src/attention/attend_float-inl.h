@@ -70,39 +70,13 @@ HWY_INLINE void ScoreRows(D d, const float* const* q, const uint8_t* krows, size
   if constexpr (hn::MaxLanes(D()) >= 4) {
     const hn::CappedTag<float, 4> d4;
     const auto vscale = hn::Set(d4, scale);
-    for (; j + 4 <= n; j += 4) {
-      pf.rows(j, 4);
-      const uint8_t* k0 = krows + j * kstride;
-      hn::Vec<D> a0[R], a1[R], a2[R], a3[R];
-      for (int r = 0; r < R; ++r) a0[r] = a1[r] = a2[r] = a3[r] = hn::Zero(d);
-      for (size_t c = 0; c < size_t(dk); c += N) {
-        if constexpr (kCursor) {
-          next->step();
-          next->step();
-        }
-        const auto x0 = KF::Load(d, k0, c);
-        const auto x1 = KF::Load(d, k0 + kstride, c);
-        const auto x2 = KF::Load(d, k0 + 2 * kstride, c);
-        const auto x3 = KF::Load(d, k0 + 3 * kstride, c);
-        for (int r = 0; r < R; ++r) {
-          const auto qv = hn::LoadU(d, q[r] + c);
-          a0[r] = hn::MulAdd(qv, x0, a0[r]);
-          a1[r] = hn::MulAdd(qv, x1, a1[r]);
-          a2[r] = hn::MulAdd(qv, x2, a2[r]);
-          a3[r] = hn::MulAdd(qv, x3, a3[r]);
-        }
-      }
-      for (int r = 0; r < R; ++r)
-        hn::StoreU(hn::Mul(Sum4(d, a0[r], a1[r], a2[r], a3[r]), vscale), d4, scores[r] + j);
-    }
-    if (j < n) {
-      // The last 1-3 keys as a group of four, zero vectors for the missing
-      // ones: Sum4's lane i sums accumulator i alone, so a key's score has
-      // the same bits whatever the tile's length. (Scored one by one they
-      // were summed another way, and a block's shorter rows, whose tile
-      // runs to the longest row, scored their last keys unlike alone:
-      // batch invariance, attention.cc.)
-      const int m = n - j;
+    // Keys [j, j + m) of a group of four (m < 4 only for the last: zero
+    // vectors for the missing keys). Sum4's lane i sums accumulator i
+    // alone, so a key's score has the same bits whatever the tile's length.
+    // (The last 1-3 keys were scored one by one, summed another way, and a
+    // block's shorter rows, whose tile runs to the longest row, scored
+    // their last keys unlike alone: batch invariance, attention.cc.)
+    const auto group = [&](int m, float* const* out) {
       pf.rows(j, m);
       const uint8_t* k0 = krows + j * kstride;
       hn::Vec<D> a0[R], a1[R], a2[R], a3[R];
@@ -115,18 +89,29 @@ HWY_INLINE void ScoreRows(D d, const float* const* q, const uint8_t* krows, size
         const auto x0 = KF::Load(d, k0, c);
         const auto x1 = m > 1 ? KF::Load(d, k0 + kstride, c) : hn::Zero(d);
         const auto x2 = m > 2 ? KF::Load(d, k0 + 2 * kstride, c) : hn::Zero(d);
+        const auto x3 = m > 3 ? KF::Load(d, k0 + 3 * kstride, c) : hn::Zero(d);
         for (int r = 0; r < R; ++r) {
           const auto qv = hn::LoadU(d, q[r] + c);
           a0[r] = hn::MulAdd(qv, x0, a0[r]);
           a1[r] = hn::MulAdd(qv, x1, a1[r]);
           a2[r] = hn::MulAdd(qv, x2, a2[r]);
+          a3[r] = hn::MulAdd(qv, x3, a3[r]);
         }
       }
-      alignas(16) float four[4];
-      for (int r = 0; r < R; ++r) {
-        hn::StoreU(hn::Mul(Sum4(d, a0[r], a1[r], a2[r], a3[r]), vscale), d4, four);
-        for (int k = 0; k < m; ++k) scores[r][j + k] = four[k];
-      }
+      for (int r = 0; r < R; ++r)
+        hn::StoreU(hn::Mul(Sum4(d, a0[r], a1[r], a2[r], a3[r]), vscale), d4, out[r]);
+    };
+    float* dst[R];
+    for (; j + 4 <= n; j += 4) {
+      for (int r = 0; r < R; ++r) dst[r] = scores[r] + j;
+      group(4, dst);
+    }
+    if (j < n) {
+      alignas(16) float four[R][4];
+      for (int r = 0; r < R; ++r) dst[r] = four[r];
+      group(n - j, dst);
+      for (int r = 0; r < R; ++r)
+        for (int k = 0; k < n - j; ++k) scores[r][j + k] = four[r][k];
       j = n;
     }
   }
