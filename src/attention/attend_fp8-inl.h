@@ -144,7 +144,8 @@ HWY_INLINE void ScoreGroupsFp8(const uint16_t* const* q, const uint8_t* const* g
 // the caller masks them). q[r]: row r's bf16 query (Bf16Query).
 template <int R>
 HWY_NOINLINE void ScoreRowsFp8Tiled(const uint16_t* const* q, const uint8_t* const* groups, int n,
-                                    int dk, float* const* scores, LineCursor& next, bool touch) {
+                                    int dk, float* const* scores, LineCursor& cursor, bool touch) {
+  LineCursor next = cursor;  // in registers (LineCursor)
   const int nb = dk / kQK;
   const int n_groups = (n + 15) / 16;
   if (touch)
@@ -153,6 +154,7 @@ HWY_NOINLINE void ScoreRowsFp8Tiled(const uint16_t* const* q, const uint8_t* con
   int j = 0;
   for (; j + 16 < n; j += 32) ScoreGroupsFp8<R, 2>(q, groups + j / 16, nb, t, scores, j, next);
   if (j < n) ScoreGroupsFp8<R, 1>(q, groups + j / 16, nb, t, scores, j, next);
+  cursor = next;
 }
 
 // Byte masks of a value line that keep keys 4s .. 4s + live - 1 of its quad
@@ -169,9 +171,10 @@ constexpr uint64_t Fp8LiveMask(int live) {
 // g at groups[g]: p rounded to bf16 pairs (keys 2i, 2i + 1 in one 32-bit
 // lane), 16 elements of V per vector. `work`: R × kTileTiled bf16.
 template <int R>
-HWY_NOINLINE void AccumulateRowsFp8Tiled(const float* const* p, const uint8_t* const* groups,
-                                         int n, int dv, float* const* o, float* work,
-                                         LineCursor& next, bool touch) {
+HWY_NOINLINE void AccumulateRowsFp8Tiled(const float* const* p, const uint8_t* const* groups, int n,
+                                         int dv, float* const* o, float* work, LineCursor& cursor,
+                                         bool touch) {
+  LineCursor next = cursor;  // in registers (LineCursor)
   static constexpr uint64_t kLive[4] = {Fp8LiveMask(0), Fp8LiveMask(1), Fp8LiveMask(2),
                                         Fp8LiveMask(3)};
   const int nb = dv / kQK;
@@ -221,6 +224,7 @@ HWY_NOINLINE void AccumulateRowsFp8Tiled(const float* const* p, const uint8_t* c
                                             _mm512_add_ps(acc[r][h][0], acc[r][h][1])));
       }
   }
+  cursor = next;
 }
 
 #pragma GCC pop_options

@@ -91,6 +91,14 @@ constexpr SplitBytes MakeSplitBytes() {
   return t;
 }
 inline constexpr SplitBytes kSplitBytes = MakeSplitBytes();
+// acc + the dot products of a's unsigned and b's signed bytes (vpdpbusd),
+// in inline assembly: GCC 12 moves the intrinsic's accumulators between
+// registers around every use in the V loop below (16 copies per 16
+// instructions at four rows) and spills two of them.
+HWY_INLINE __m512i DotBytes(__m512i acc, __m512i a, __m512i b) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
 HWY_INLINE uint64_t Mask64(const uint8_t* p) {
   uint64_t m;
   std::memcpy(&m, p, 8);
@@ -125,6 +133,10 @@ HWY_INLINE void ScoreGroupsTiled(const Q8Query* q, const uint8_t* const* gp, int
     const int8_t* qb[R];
     for (int r = 0; r < R; ++r) qb[r] = q[r].qs + b * kQK;
     if constexpr (F::kBytes) {
+      // Unrolled, so that c & 1 is a constant: indexed by a loop variable,
+      // GCC kept dot[] on the stack (a load and a store around every
+      // vpdpbusd, each waiting on the last one's store).
+#pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         __m512i qv[R];
         for (int r = 0; r < R; ++r) qv[r] = Broadcast32(qb[r] + 4 * c);
@@ -186,8 +198,9 @@ HWY_INLINE void ScoreGroupsTiled(const Q8Query* q, const uint8_t* const* gp, int
 // time.
 template <int R, QType T>
 HWY_NOINLINE void ScoreRowsTiled(const Q8Query* q, const uint8_t* const* groups, int n, int dk,
-                                 float* const* scores, const Prefetch& pf, LineCursor& next,
+                                 float* const* scores, const Prefetch& pf, LineCursor& cursor,
                                  bool touch) {
+  LineCursor next = cursor;  // in registers (LineCursor)
   const int nb = dk / kQK;
   const size_t group_bytes = size_t(nb) * TiledFmt<T>::kSize;
   const int n_groups = (n + 15) / 16;
@@ -201,22 +214,27 @@ HWY_NOINLINE void ScoreRowsTiled(const Q8Query* q, const uint8_t* const* groups,
     PrefetchQ8(pf, j, 16);
     ScoreGroupsTiled<R, 1, T>(q, groups + j / 16, nb, scores, j, next);
   }
+  cursor = next;
 }
 
 // o_r += sum_j p_r[j] v_j for j < n (n <= kTileTiled), V tiled, group g's
 // blocks at groups[g]: per row and block the weights w_j = p_r[j] · d_j
 // are quantized to 15-bit integers W_j (against the bound max_j p_r[j] ×
 // max_j |d_j|, as VScales) and split into two int8 halves, W = 256·hi + lo,
-// so vpdpbusd multiplies four keys' u8 codes by their weights per 32-bit
-// lane: 64 multiply-adds per instruction, two instructions per weight, the
-// same as vpdpwssd's 32 but with no widening of the codes. Both sums are
-// exact in int32 (64 keys × 255 × 128 × 256 < 2^31). p is 0 past each row's
-// visible keys; d and m past n are masked to 0.
+// so vpdpbusd multiplies four keys' codes by their weights per 32-bit lane:
+// 64 multiply-adds per instruction, two instructions per weight, the same
+// as vpdpwssd's 32 but with no widening of the codes. The nibble formats'
+// codes are the unsigned factor (u8) and the halves signed; Q8_0's weights
+// (>= 0) are the unsigned factor and its codes signed, which leaves no
+// offset to take off. Both sums are exact in int32 (64 keys × 255 × 128 ×
+// 256 < 2^31). p is 0 past each row's visible keys; d and m past n are
+// masked to 0.
 // `work`: R × 2 × kTileTiled bytes.
 template <int R, QType T>
 HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* const* groups, int n,
-                                      int dv, float* const* o, float* work, LineCursor& next,
+                                      int dv, float* const* o, float* work, LineCursor& cursor,
                                       bool touch, bool row_bounds) {
+  LineCursor next = cursor;  // in registers (LineCursor)
   static_assert(kTileTiled == 64, "the weight bytes below are laid out for 4 groups");
   using F = TiledFmt<T>;
   const int nb = dv / kQK;
@@ -229,10 +247,17 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* cons
   // their 32 lo bytes.
   auto* wbytes = reinterpret_cast<int8_t*>(work);
   const __m512i nib512 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(16);
-  // Byte 1 (hi), then byte 0 (lo), of the 32 dwords of two vectors; bit 7
-  // of the lo bytes flipped.
+  // Byte 1 (hi), then byte 0 (lo), of the 32 dwords of two vectors; for the
+  // nibble formats bit 7 of the lo bytes flipped.
   const __m512i split = _mm512_load_si512(kSplitBytes.idx);
   const __m512i flip = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi8(char(0x80)), 1);
+  // Q8_0: the weights are the unsigned operand (W >= 0: p >= 0 and Q8_0's
+  // scales are amax / 127 >= 0), the codes the signed one (stored + 128,
+  // bit 7 flipped back once per load for every row), so no offset term: a
+  // per-row sum of the weights and its reduction per block saved.
+  constexpr bool kSignedCodes = F::kBytes;
+  constexpr float kWMax = kSignedCodes ? 32767.0f : 32639.0f;
+  const __m512i sign = _mm512_set1_epi8(char(0x80));
   float pmax[R];
   for (int r = 0; r < R; ++r) {
     __m512 mx = _mm512_loadu_ps(p[r]);
@@ -267,16 +292,16 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* cons
         dmax = _mm512_reduce_max_ps(dabs);
       }
       const float bound = pmax[r] * dmax;
-      const float inv = bound > 1e-30f ? 32639.0f / bound : 0.0f;
-      step[r] = inv > 0.0f ? bound * (1.0f / 32639.0f) : 0.0f;
+      const float inv = bound > 1e-30f ? kWMax / bound : 0.0f;
+      step[r] = inv > 0.0f ? bound * (1.0f / kWMax) : 0.0f;
       const __m512 vinv = _mm512_set1_ps(inv);
       __m512 pm = _mm512_setzero_ps();
       __m512i wsum = _mm512_setzero_si512();  // Σ (W + 128) over the pairs' 32 · n_pairs keys
       for (int h = 0; h < n_pairs; ++h) {
-        __m512i w[2];  // W + 128, keys 32h + 16u + lane
+        __m512i w[2];  // W (+ 128 for the nibble formats), keys 32h + 16u + lane
         for (int u = 0; u < 2; ++u) {
           const int g = 2 * h + u;
-          w[u] = _mm512_set1_epi32(128);
+          w[u] = kSignedCodes ? _mm512_setzero_si512() : _mm512_set1_epi32(128);
           if (g < n_groups) {
             const __m512 pg = _mm512_loadu_ps(p[r] + 16 * g);
             const __m512 wf = _mm512_mul_ps(_mm512_mul_ps(pg, d[g]), vinv);
@@ -284,16 +309,22 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* cons
             if constexpr (F::kMin) pm = _mm512_fmadd_ps(pg, m[g], pm);
           }
         }
-        wsum = _mm512_add_epi32(wsum, _mm512_add_epi32(w[0], w[1]));
-        // hi = (W + 128) >> 8 is byte 1 of W + 128; lo = W - 256 hi, the low
-        // byte of W as int8, is byte 0 of W + 128 with bit 7 flipped. One
-        // byte permute gathers the 32 keys' hi then lo bytes.
-        _mm512_storeu_si512(wbytes + 128 * r + 64 * h,
-                            _mm512_xor_si512(_mm512_permutex2var_epi8(w[0], split, w[1]), flip));
+        // One byte permute gathers the 32 keys' hi then lo bytes. Q8_0: hi =
+        // W >> 8 and lo = W & 255 are bytes 1 and 0 of W, both unsigned.
+        // The others: hi = (W + 128) >> 8 is byte 1 of W + 128; lo = W - 256
+        // hi, the low byte of W as int8, is byte 0 of W + 128 with bit 7
+        // flipped.
+        const __m512i bytes = _mm512_permutex2var_epi8(w[0], split, w[1]);
+        if constexpr (kSignedCodes) {
+          _mm512_storeu_si512(wbytes + 128 * r + 64 * h, bytes);
+        } else {
+          wsum = _mm512_add_epi32(wsum, _mm512_add_epi32(w[0], w[1]));
+          _mm512_storeu_si512(wbytes + 128 * r + 64 * h, _mm512_xor_si512(bytes, flip));
+        }
       }
       add[r] = 0.0f;
       if constexpr (F::kMin) add[r] = _mm512_reduce_add_ps(pm);
-      if constexpr (F::kOffset != 0)
+      if constexpr (F::kOffset != 0 && !kSignedCodes)
         add[r] -= float(F::kOffset) * step[r] *
                   float(_mm512_reduce_add_epi32(wsum) - 32 * 128 * n_pairs);
     }
@@ -312,8 +343,8 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* cons
       __m512i x0, x1;
       next.step();
       if constexpr (F::kBytes) {
-        x0 = _mm512_loadu_si512(gb + F::kCodesOff + 128 * ss);
-        x1 = _mm512_loadu_si512(gb + F::kCodesOff + 128 * ss + 64);
+        x0 = _mm512_xor_si512(_mm512_loadu_si512(gb + F::kCodesOff + 128 * ss), sign);
+        x1 = _mm512_xor_si512(_mm512_loadu_si512(gb + F::kCodesOff + 128 * ss + 64), sign);
         next.step();
       } else {
         const __m512i x = _mm512_loadu_si512(gb + F::kCodesOff + 64 * ss);
@@ -328,10 +359,17 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* cons
       for (int r = 0; r < R; ++r) {
         const __m512i wh = Broadcast32(wk + 128 * r);
         const __m512i wl = Broadcast32(wk + 128 * r + 32);
-        acc[r][0][0] = _mm512_dpbusd_epi32(acc[r][0][0], x0, wh);
-        acc[r][0][1] = _mm512_dpbusd_epi32(acc[r][0][1], x0, wl);
-        acc[r][1][0] = _mm512_dpbusd_epi32(acc[r][1][0], x1, wh);
-        acc[r][1][1] = _mm512_dpbusd_epi32(acc[r][1][1], x1, wl);
+        if constexpr (kSignedCodes) {  // vpdpbusd: the first factor unsigned
+          acc[r][0][0] = DotBytes(acc[r][0][0], wh, x0);
+          acc[r][0][1] = DotBytes(acc[r][0][1], wl, x0);
+          acc[r][1][0] = DotBytes(acc[r][1][0], wh, x1);
+          acc[r][1][1] = DotBytes(acc[r][1][1], wl, x1);
+        } else {
+          acc[r][0][0] = DotBytes(acc[r][0][0], x0, wh);
+          acc[r][0][1] = DotBytes(acc[r][0][1], x0, wl);
+          acc[r][1][0] = DotBytes(acc[r][1][0], x1, wh);
+          acc[r][1][1] = DotBytes(acc[r][1][1], x1, wl);
+        }
       }
     }
     for (int r = 0; r < R; ++r) {
@@ -344,6 +382,7 @@ HWY_NOINLINE void AccumulateRowsTiled(const float* const* p, const uint8_t* cons
       }
     }
   }
+  cursor = next;
 }
 
 #pragma GCC pop_options
