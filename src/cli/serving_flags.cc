@@ -22,8 +22,9 @@ void add_serving_flags(CLI::App* sub, ServingArgs& a) {
 
 const char* const kBatchInvariantHelp =
     "compute every token as it would be alone: speculative verify steps equal decode steps and "
-    "prefill equals decoding, bit for bit, and output does not change with what else runs; "
-    "prefill and verify run without the multi-row kernels (slower; process-wide)";
+    "prefill equals decoding, bit for bit, and output does not change with what else runs or "
+    "with -t; prefill and verify run without the multi-row matmul kernels (slower; "
+    "process-wide)";
 
 Expected<double> parse_tpot_target(const std::string& v) {
   if (v == "auto") return engine::kTpotAuto;
