@@ -267,6 +267,28 @@ std::vector<uint8_t> q_block(QType t, const std::vector<float>& x) {
   return quantize(t, x);
 }
 
+// The tiled q8_0 V kernel (attention/attend_tiled-inl.h) takes the softmax
+// weights times the block scales as vpdpbusd's unsigned factor, so a Q8_0
+// block written to the KV cache must never carry a negative scale (-0.0
+// included): all-negative, negative-extreme, zero, negative-zero and
+// subnormal blocks.
+TEST(QuantGolden, Q8_0ScalesAreNeverNegative) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> neg(-3.0f, -0.001f);
+  std::vector<float> x;
+  for (int j = 0; j < kQK; ++j) x.push_back(neg(rng));                   // all negative
+  for (int j = 0; j < kQK; ++j) x.push_back(j == 9 ? -5.0f : 0.1f * j);  // negative extreme
+  for (int j = 0; j < kQK; ++j) x.push_back(0.0f);                       // zeros
+  for (int j = 0; j < kQK; ++j) x.push_back(-0.0f);                      // negative zeros
+  for (int j = 0; j < kQK; ++j) x.push_back(-1e-40f * float(j + 1));     // negative subnormals
+  for (int j = 0; j < kQK; ++j) x.push_back(-65000.0f + float(j));       // near f16's top
+  const int blocks = static_cast<int>(x.size()) / kQK;
+  std::vector<BlockQ8_0> b(blocks);
+  quantize_q8_0(x.data(), b.data(), static_cast<int64_t>(x.size()));
+  for (int i = 0; i < blocks; ++i)
+    EXPECT_EQ(b[i].d & 0x8000u, 0u) << "block " << i << " scale bits 0x" << std::hex << b[i].d;
+}
+
 TEST(QuantGolden, Q4_0RoundsHalfUpAndClampsTop) {
   // x[0] = -8 sets d = -8 / -8 = 1, so code = trunc(x + 8.5).
   std::vector<float> x(kQK, 0.0f);
