@@ -9,6 +9,7 @@
 //   bench_attention --benchmark_filter='Decode.*/16384/32/1/'  (one depth, every format)
 //   bench_attention --benchmark_filter='Decode.*/32768/32/1/4/'  (Q4_0 tiled and rows)
 //   bench_attention --benchmark_filter=Verify  (k + 1 queries of one sequence at 32K)
+//   bench_attention --benchmark_filter=Resident  (the same without DRAM: arithmetic)
 //   bench_attention --benchmark_filter=Wide  (qwen3.5-4b's and qwen3-4b's head shapes)
 //   bench_attention --benchmark_filter=BatchDecode  (8 / 16 short sequences at once)
 #include <benchmark/benchmark.h>
@@ -353,6 +354,54 @@ void BM_VerifyAttentionWide(benchmark::State& state) {
 }
 BENCHMARK(BM_VerifyAttentionWide)
     ->ArgsProduct({{0, 1}, {1, 3}, {1, 2, 3, 5}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+// The same block of queries over K/V that stays in the caches: one layer of
+// smollm2's heads at 4096 keys (q8_0: 1.7 MB, half of it a thread: within a
+// 1-2 MB L2), called 8 times an iteration, so that an iteration attends
+// as many keys as one layer at 32K. What is left is the kernel's own cost,
+// arithmetic and overheads, without DRAM's: against BM_VerifyAttention at
+// 32K it says how much of a block's time is waiting for K/V (the ratio of
+// their ms_per_layer and this one's time). Also per (query row, key) pair and core
+// (`ns_per_pair_core`: CPU time of both threads over query rows × keys; ×
+// the clock in GHz gives cycles, to hold against the instructions a pair
+// needs). At fewer keys a call's fixed cost (the pool's wake-up, the
+// queries' conversion, merging the split states) shows in the figure.
+// args: context, format (index in kTypes), queries (k + 1)
+void BM_VerifyAttentionResident(benchmark::State& state) {
+  constexpr Shape kOneLayer{1, kHeads, kHeadsKv, kHeadDim};
+  const int64_t kCtx = state.range(0);
+  const int kCalls = static_cast<int>(std::max<int64_t>(1, 32768 / kCtx));
+  const QType type = kTypes[state.range(1)];
+  const int n = static_cast<int>(state.range(2));
+  Setup& s = setup(type, 32, kCtx, true, kOneLayer);
+  const attention::AttnParams p = bench_params(true, kOneLayer);
+  std::vector<attention::QueryInfo> queries;
+  for (int i = 0; i < n; ++i) queries.push_back({&s.table, kCtx - n + i + 1});
+  std::vector<float> q(size_t(n) * kHeads * kHeadDim), out(q.size());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : q) x = nd(rng);
+  Buffer scratch = aligned_buffer(attention::attention_scratch_bytes(p, n, kThreads));
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    for (int i = 0; i < kCalls; ++i) {
+      attention::attend(*s.cache, 0, p, queries, q.data(), out.data(), pool(), scratch.get());
+      benchmark::DoNotOptimize(out.data());
+    }
+  }
+  const double cpu = process_cpu_seconds() - cpu0;
+  double pairs = 0;  // query rows × the keys each sees
+  for (const auto& qi : queries) pairs += double(kHeads) * double(qi.n_visible);
+  pairs *= double(kCalls) * double(state.iterations());
+  state.counters["ns_per_pair_core"] = 1e9 * cpu / pairs;
+  state.SetLabel(std::string(qtype_name(type)) + " verify " + std::to_string(n) +
+                 " queries, cache-resident");
+}
+BENCHMARK(BM_VerifyAttentionResident)
+    ->ArgsProduct({{4096}, {1, 3, 4, 8}, {1, 5}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
