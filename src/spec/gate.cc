@@ -128,6 +128,13 @@ double expected_tokens(double alpha, int k) {
   return e;
 }
 
+int exploration_draft_length(double alpha, int k_cap) {
+  if (k_cap <= 2) return std::max(0, k_cap);
+  if (!(alpha < 1.0)) return k_cap;  // also NaN
+  const double len = std::ceil(2.0 / (1.0 - std::max(0.0, alpha)) - 1e-9);
+  return len >= k_cap ? k_cap : std::max(2, static_cast<int>(len));
+}
+
 double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& price,
                             int64_t other_rows, double other_attended, std::span<int> k,
                             const MeasuredVerifyCost* measured, double* undrafted) {

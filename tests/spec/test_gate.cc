@@ -42,6 +42,35 @@ TEST(SpecGate, ExpectedTokens) {
   EXPECT_DOUBLE_EQ(expected_tokens(0.0, 16), 1.0);
 }
 
+// The price-learning drafts: twice the expected run of accepted tokens,
+// within [2, k_cap]; a never-right proposer's drafts shrink to 2-3 tokens
+// as its estimate falls from the prior, a right one's grow to the cap.
+TEST(SpecGate, ExplorationDraftsAsLongAsTheAcceptanceMakesWorthReaching) {
+  EXPECT_EQ(exploration_draft_length(0.5, 16), 4);
+  EXPECT_EQ(exploration_draft_length(0.8, 16), 10);
+  EXPECT_EQ(exploration_draft_length(0.9, 16), 16);
+  EXPECT_EQ(exploration_draft_length(0.999, 16), 16);
+  EXPECT_EQ(exploration_draft_length(1.0, 16), 16);
+  EXPECT_EQ(exploration_draft_length(0.0, 16), 2);
+  EXPECT_EQ(exploration_draft_length(1.0 / 3.0, 16), 3);
+  EXPECT_EQ(exploration_draft_length(0.5, 3), 3);
+  EXPECT_EQ(exploration_draft_length(0.0, 1), 1);
+  EXPECT_EQ(exploration_draft_length(std::nan(""), 8), 8);
+  // What the estimate says after one, two, three rejected first positions
+  // (AcceptanceEstimate from the prior 0.5): 4, then 3 tokens.
+  AcceptanceEstimate a;
+  EXPECT_EQ(exploration_draft_length(a.alpha(0.5), 16), 4);
+  a.update(1, 0);
+  EXPECT_EQ(exploration_draft_length(a.alpha(0.5), 16), 3);
+  a.update(1, 0);
+  a.update(1, 0);
+  EXPECT_EQ(exploration_draft_length(a.alpha(0.5), 16), 3);
+  // And after a run of eight accepted out of eight: the cap.
+  AcceptanceEstimate b;
+  b.update(8, 8);
+  EXPECT_EQ(exploration_draft_length(b.alpha(0.5), 16), 16);
+}
+
 TEST(SpecGate, DraftsWhereItPaysAndNotWhereItDoesNot) {
   // One sequence; a step costs 10 ms of weights plus 1 ms a row: drafting
   // 8 tokens at α 0.9 is worth it.
