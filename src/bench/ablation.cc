@@ -35,6 +35,7 @@ json spec_json(const engine::Engine& e, const engine::EngineConfig& c) {
       {"gate_skipped", st.spec_gate_skipped},
       {"gate_probes", st.spec_gate_probes},
       {"gate_rechecks", st.spec_gate_rechecks},
+      {"gate_learning_tokens", st.spec_gate_learning_tokens},
       {"draft_max", c.spec.draft_max},
       {"mtp_depth", c.spec.uses("mtp") ? json(c.spec.mtp_depth) : json()},
       {"drafted", st.spec_draft_tokens},

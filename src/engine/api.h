@@ -265,6 +265,10 @@ struct EngineStats {
   // through meanwhile, and the steps it ran without the drafts it chose, to
   // measure again what a step without drafts costs (spec::PriceRecheck).
   uint64_t spec_gate_skipped = 0, spec_gate_probes = 0, spec_gate_rechecks = 0;
+  // Draft tokens drafted on the steps that teach the gate its price (until
+  // it has seen decode steps of two sizes; each sequence's length from its
+  // acceptance estimate, spec::exploration_draft_length).
+  uint64_t spec_gate_learning_tokens = 0;
   // The draft model's own KV (spec draft, mtp): pages held now, bytes
   // allocated. mtp: pages only its prefix cache holds, and the entries
   // sequences took from that cache (positions after a prefix the target's

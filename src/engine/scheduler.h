@@ -54,6 +54,9 @@ struct Seq {
   // again, less often the more probes fail).
   spec::AcceptanceEstimate acceptance;
   spec::ProbeSchedule probe;
+  // This step's draft is one the gate let through to learn its price
+  // (counted in EngineStats::spec_gate_learning_tokens once drafted).
+  bool learning_draft = false;
   int32_t preemptions = 0;
   Clock::time_point t_start, t_first_token;
   int64_t step_tokens = 0;      // tokens planned for the current step

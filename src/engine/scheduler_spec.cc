@@ -68,6 +68,8 @@ int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
     if (auto it = std::find_if(d.begin(), d.end(), MediaPrompt::is_image_key); it != d.end())
       s->draft.tokens.resize(static_cast<size_t>(it - d.begin()));
     if (static_cast<int64_t>(s->draft.tokens.size()) < c.draft_min) s->draft.clear();
+    if (s->learning_draft) st.spec_gate_learning_tokens += s->draft.tokens.size();
+    s->learning_draft = false;
     s->step_tokens = 1 + static_cast<int64_t>(s->draft.tokens.size());
     used += s->step_tokens;
   }
@@ -76,23 +78,28 @@ int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
 
 // The gate (spec/gate.h): each job's k cut to what pays at the measured
 // price of a decode step. Until decode steps of different sizes have been
-// seen, every other step drafts in full and the rest draft nothing, so the
-// price can be learned; then a sequence the gate keeps from drafting is
-// still let through for a probe now and then (spec::ProbeSchedule), so
-// that a proposer that starts to match is noticed; and while drafting wins
-// only narrowly, a step now and then runs without drafts so that the price
-// it is compared with stays measured (spec::PriceRecheck).
+// seen, every other step drafts and the rest draft nothing, so the price
+// can be learned (each draft as long as the sequence's acceptance estimate
+// makes worth reaching: spec::exploration_draft_length); then a sequence the gate keeps from
+// drafting is still let through for a probe now and then (spec::ProbeSchedule), so that a proposer
+// that starts to match is noticed; and while drafting wins only narrowly, a step now and then runs
+// without drafts so that the price it is compared with stays measured (spec::PriceRecheck).
 void Scheduler::gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& jobs,
                      const std::vector<Seq*>& job_seq) {
   const spec::Config& c = cfg().spec;
+  const double prior = acceptance_all.alpha(kGatePrior);
   if (!decode_cost.ready()) {
-    if (gate_explore_steps++ % 2 == 1)
-      for (spec::Job& j : jobs) j.k = 0;
+    const bool draft = gate_explore_steps++ % 2 == 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const int len =
+          spec::exploration_draft_length(job_seq[i]->acceptance.alpha(prior), jobs[i].k);
+      jobs[i].k = draft ? std::min(jobs[i].k, std::max(len, c.draft_min)) : 0;
+      job_seq[i]->learning_draft = draft;
+    }
     return;
   }
   const spec::StepPrice price{decode_cost.per_step(), decode_cost.per_row(),
                               decode_cost.per_attended()};
-  const double prior = acceptance_all.alpha(kGatePrior);
   std::vector<spec::GateSeq> g;
   for (size_t i = 0; i < jobs.size(); ++i)
     g.push_back({job_seq[i]->n_computed, job_seq[i]->acceptance.alpha(prior), jobs[i].k});

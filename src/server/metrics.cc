@@ -187,6 +187,9 @@ std::string render_metrics(const engine::EngineStats* s, const ServerCountersSna
          "speculative decoding: steps the gate ran without its drafts to re-measure an "
          "undrafted step's cost",
          static_cast<double>(s->spec_gate_rechecks));
+  metric(out, "sustain_spec_gate_learning_tokens_total", "counter",
+         "speculative decoding: tokens drafted on the steps that teach the gate its price",
+         static_cast<double>(s->spec_gate_learning_tokens));
   // Acceptance by draft position: drafts that reached position r, and of
   // those, accepted (a labelled family; positions no draft reached omitted).
   for (const auto& [name, help, v] :

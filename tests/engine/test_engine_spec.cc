@@ -447,6 +447,48 @@ TEST(EngineSpec, GateDraftsWhenItPaysAndStopsWhenItDoesNot) {
   set_batch_invariant(false);  // process-wide: the tests after this one run without it
 }
 
+// The step that teaches the gate its price (its first drafted one: until
+// then it has seen decode steps of one size only) drafts as far as the
+// sequence's acceptance estimate makes worth reaching
+// (spec::exploration_draft_length): 4 tokens at the prior, where it drafted
+// all the request allowed (here 6) before. The oracle drafts nothing on the
+// first run (it learns the continuation there), so the price is learned on
+// the second, where the tokens drafted on learning steps are counted apart.
+TEST(EngineSpec, ThePriceLearningDraftFollowsTheAcceptance) {
+  SUSTAIN_REQUIRE_REF();
+  EngineConfig c = config(ref_model("aidreams260K-f32.gguf"), false);
+  c.spec.types = {"oracle:0"};
+  c.spec.draft_max = 16;
+  c.spec.gate = true;
+  c.batch_invariant = true;
+  auto e = make(c);
+  ASSERT_TRUE(e);
+  const int n = 8;
+  Request r = greedy(repetitive(*e, 32), n);
+  r.sampling.temperature = 0.0f;
+  const Out first = run(*e, r);
+  EXPECT_EQ(first.usage.spec_drafted, 0);
+  const uint64_t before = e->stats().spec_gate_learning_tokens;
+  EXPECT_EQ(before, 0u);
+  const Out out = run(*e, r);
+  EXPECT_EQ(out.ids, first.ids);
+  const EngineStats st = e->stats();
+  std::printf(
+      "[ measured ] price learning, oracle:0: %llu tokens drafted on learning steps; "
+      "%lld drafted in %lld verify steps\n",
+      static_cast<unsigned long long>(st.spec_gate_learning_tokens),
+      static_cast<long long>(out.usage.spec_drafted), static_cast<long long>(out.usage.spec_steps));
+  EXPECT_EQ(out.usage.spec_accepted, 0);
+  EXPECT_GT(out.usage.spec_steps, 0);
+  // One learning step of 4 (the prior's length), or, if the price needed
+  // another, a second of 3 (the estimate after one rejection); 6 or more a
+  // step under the old rule.
+  const uint64_t learned = st.spec_gate_learning_tokens;
+  EXPECT_TRUE(learned == 4 || learned == 4 + 3) << learned;
+  EXPECT_EQ(st.kv_pages_used, 0);
+  set_batch_invariant(false);  // process-wide: the tests after this one run without it
+}
+
 // The gate learns a draft's price from decode steps of different sizes.
 // The MTP block at depth 1 drafts one token a step, so those steps differ
 // by one row; a gate that waited for two never left its learning phase and

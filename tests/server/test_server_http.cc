@@ -385,8 +385,9 @@ TEST(ServerHttp, SpeculativeDecodingKeepsTheTextAndCountsDrafts) {
   EXPECT_EQ(metric_value(m, "sustain_spec_accepted_tokens_total"), sp["accepted"].get<double>());
   // The gate's counters are exported (how many steps it kept from
   // drafting, probed and rechecked; docs/server.md), as counters.
-  for (const char* g : {"sustain_spec_gate_skipped_total", "sustain_spec_gate_probes_total",
-                        "sustain_spec_gate_rechecks_total"}) {
+  for (const char* g :
+       {"sustain_spec_gate_skipped_total", "sustain_spec_gate_probes_total",
+        "sustain_spec_gate_rechecks_total", "sustain_spec_gate_learning_tokens_total"}) {
     EXPECT_GE(metric_value(m, g), 0) << g << "\n" << m;
     EXPECT_NE(m.find(std::string("# TYPE ") + g + " counter"), std::string::npos) << g;
   }
