@@ -68,6 +68,19 @@ struct Out {
   Usage usage;
 };
 
+// An engine whose gate prices drafts of `type` (one proposer), and a greedy
+// request of n tokens (temperature 0) after a repetitive prompt of `seed`.
+std::unique_ptr<Engine> make_gated(EngineConfig c, const char* type) {
+  c.spec.types = {type};
+  c.spec.gate = true;
+  return make(c);
+}
+Request greedy_at_zero(const Engine& e, uint32_t seed, int n) {
+  Request r = greedy(repetitive(e, seed), n);
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
 Out run(Engine& e, const Request& r) {
   auto s = e.submit(r);
   EXPECT_TRUE(s.has_value());
@@ -401,14 +414,11 @@ TEST(EngineSpec, GateDraftsWhenItPaysAndStopsWhenItDoesNot) {
   for (const char* type : {"oracle:1", "oracle:0"}) {
     SCOPED_TRACE(type);
     EngineConfig c = config(model, false);
-    c.spec.types = {type};
     c.spec.draft_max = 8;
-    c.spec.gate = true;
     c.batch_invariant = true;
-    auto e = make(c);
+    auto e = make_gated(c, type);
     ASSERT_TRUE(e);
-    Request r = greedy(repetitive(*e, 32), n);
-    r.sampling.temperature = 0.0f;
+    const Request r = greedy_at_zero(*e, 32, n);
     const Out first = run(*e, r);
     const Out again = run(*e, r);
     EXPECT_EQ(again.ids, first.ids);
@@ -457,15 +467,11 @@ TEST(EngineSpec, GateDraftsWhenItPaysAndStopsWhenItDoesNot) {
 TEST(EngineSpec, ThePriceLearningDraftFollowsTheAcceptance) {
   SUSTAIN_REQUIRE_REF();
   EngineConfig c = config(ref_model("aidreams260K-f32.gguf"), false);
-  c.spec.types = {"oracle:0"};
   c.spec.draft_max = 16;
-  c.spec.gate = true;
   c.batch_invariant = true;
-  auto e = make(c);
+  auto e = make_gated(c, "oracle:0");
   ASSERT_TRUE(e);
-  const int n = 8;
-  Request r = greedy(repetitive(*e, 32), n);
-  r.sampling.temperature = 0.0f;
+  const Request r = greedy_at_zero(*e, 32, 8);
   const Out first = run(*e, r);
   EXPECT_EQ(first.usage.spec_drafted, 0);
   const uint64_t before = e->stats().spec_gate_learning_tokens;
@@ -505,15 +511,10 @@ TEST(EngineSpec, ThePriceLearningDraftFollowsTheAcceptance) {
 // busy loops drafted 7-20 tokens (most 7), and one run 40.
 TEST(EngineSpec, GateStopsAnMtpBlockThatIsNeverRight) {
   SUSTAIN_REQUIRE_REF();
-  EngineConfig c = config(ref_model("tiny-qwen35-f32.gguf"), false);
-  c.spec.types = {"mtp"};
-  c.spec.gate = true;
-  auto e = make(c);
+  auto e = make_gated(config(ref_model("tiny-qwen35-f32.gguf"), false), "mtp");
   ASSERT_TRUE(e);
   const int n = 160;
-  Request r = greedy(repetitive(*e, 11), n);
-  r.sampling.temperature = 0.0f;
-  const Out out = run(*e, r);
+  const Out out = run(*e, greedy_at_zero(*e, 11, n));
   ASSERT_EQ(static_cast<int>(out.ids.size()), n);
   const EngineStats st = e->stats();
   std::printf(
