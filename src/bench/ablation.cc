@@ -339,18 +339,53 @@ Status check_split_rows(const std::vector<std::string>& specs, const engine::Eng
   return Status::ok();
 }
 
+// Bracketed rows (AblationInput::bracket): rows alternate row 0's engine
+// (even rows) and a switch (odd rows). Each ladder cell of a switch row
+// gets vs_bracket = its decode tok/s P50 over the mean of the cells of the
+// row-0 runs on either side at the same context (null where either is
+// missing or not positive); row-0 runs get null.
+namespace {
+void add_bracket_ratios(json& rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (auto& c : rows[i]["ladder"]) c["vs_bracket"] = nullptr;
+    if (i % 2 == 0 || i + 1 >= rows.size()) continue;
+    const json& before = rows[i - 1]["ladder"];
+    const json& after = rows[i + 1]["ladder"];
+    json& cells = rows[i]["ladder"];
+    for (size_t k = 0; k < cells.size() && k < before.size() && k < after.size(); ++k) {
+      const auto tok_s = [](const json& c) {
+        return c["tok_s_p50"].is_number() ? c["tok_s_p50"].get<double>() : 0.0;
+      };
+      const double mean = 0.5 * (tok_s(before[k]) + tok_s(after[k]));
+      if (tok_s(before[k]) > 0 && tok_s(after[k]) > 0 && tok_s(cells[k]) > 0)
+        cells[k]["vs_bracket"] = tok_s(cells[k]) / mean;
+    }
+  }
+}
+}  // namespace
+
 Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, json& report) {
   json rows = json::array();
-  AblationRow row{"baseline", in.base.model_path, in.base};
+  const AblationRow base{"baseline", in.base.model_path, in.base};
+  AblationRow row = base;
   json prev;
   std::vector<std::pair<std::string, AblationRow>> plan = {{"", row}};
+  // Bracketed: row 0's engine again after every row (its switch "-").
+  std::vector<bool> repeat = {false};
   for (const auto& s : in.specs) {
+    if (in.bracket) row = base;
     if (auto st = apply_switch(s, row); !st) {
       prog.done();
       return st;
     }
     row.name = s;
     plan.push_back({s, row});
+    repeat.push_back(false);
+    if (in.bracket) {
+      plan.push_back({"", base});
+      plan.back().second.name = "baseline (again)";
+      repeat.push_back(true);
+    }
   }
   // Switches whose effect needs several streams at once also run the
   // concurrency levels.
@@ -449,7 +484,7 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
       prev_conc = conc;
     }
     rows.push_back({{"name", i == 0 ? "baseline" : r.name},
-                    {"switch", i == 0 ? "-" : plan[i].first},
+                    {"switch", plan[i].first.empty() ? "-" : plan[i].first},
                     {"model", model_conditions(**re)},
                     {"kv", kv_conditions(**re)},
                     {"engine", engine_conditions(r.cfg)},
@@ -467,7 +502,10 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
   std::vector<json> row_quality(plan.size(), {{"skipped", "--quality off"}});
   if (in.quality) {
     std::vector<QualityConfig> qrows;
+    std::vector<size_t> qrow_of;  // the plan row of each quality row (repeats of row 0 left out)
     for (size_t i = 0; i < plan.size(); ++i) {
+      if (repeat[i]) continue;
+      qrow_of.push_back(i);
       const engine::EngineConfig& c = plan[i].second.cfg;
       qrows.push_back({i == 0 ? "baseline" : plan[i].second.name, c.model_path,
                        kv_spelling(c.k_type), kv_spelling(c.v_type),
@@ -475,7 +513,10 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
     }
     auto q = measure_quality(*in.quality, qrows, obs);
     if (q) {
-      row_quality = q->rows;
+      for (size_t k = 0; k < qrow_of.size() && k < q->rows.size(); ++k)
+        row_quality[qrow_of[k]] = q->rows[k];
+      for (size_t i = 0; i < plan.size(); ++i)
+        if (repeat[i]) row_quality[i] = {{"skipped", "row 0's engine again (--ablate-bracket)"}};
       quality_summary = q->summary;
       for (const auto& n : q->notes) {
         obs.message("bench: " + n);
@@ -493,15 +534,23 @@ Status run_ablation(const AblationInput& in, PhaseBars& prog, Observer& obs, jso
     }
   }
   for (size_t i = 0; i < rows.size(); ++i) rows[i]["quality"] = row_quality[i];
+  if (in.bracket) add_bracket_ratios(rows);
   const json verdict = any_split ? split_verdict(rows) : json();
   report["ablation"] = {
       {"split_verdict", verdict},
       {"rows", rows},
       {"method",
-       "each row applies its switch on top of the row above; delta_pct = change of "
-       "decode tok/s P50 vs the row above at the same context (concurrency cells: of "
-       "aggregate tok/s at the same concurrency); grammar rows constrain every generated "
-       "token, mask_us = time to get each token's mask (cache hits included)"},
+       std::string(in.bracket
+                       ? "bracketed (--ablate-bracket): each row applies its switch to row 0's "
+                         "engine alone, and row 0's engine runs again after every row; "
+                         "vs_bracket = decode tok/s P50 over the mean of the row-0 runs just "
+                         "before and after the row, at the same context; "
+                       : "each row applies its switch on top of the row above; ") +
+           "delta_pct = change of "
+           "decode tok/s P50 vs the row above at the same context (concurrency cells: of "
+           "aggregate tok/s at the same concurrency); grammar rows constrain every generated "
+           "token, mask_us = time to get each token's mask (cache hits included)"},
+      {"bracket", in.bracket},
       {"quality", quality_summary},
       {"quality_note", quality_note}};
   return Status::ok();

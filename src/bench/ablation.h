@@ -79,6 +79,13 @@ std::string lost_path_note(const std::string& what, const engine::EngineConfig& 
 
 struct AblationInput {
   std::vector<std::string> specs;  // the rows after row 0, checked
+  // Bracketed rows: row 0's engine with each switch alone (not on top of
+  // the rows above), row 0 run again after each, and every ladder cell of
+  // a switch row given as vs_bracket = its decode tok/s P50 over the mean
+  // of the row-0 runs just before and after it. On a machine whose speed
+  // drifts by tens of percent within minutes, a ratio to neighbours taken
+  // in the same minutes is what holds (PERF.md).
+  bool bracket = false;
   engine::EngineConfig base;       // row 0: the engine the main ladder ran
   LadderOptions ladder;            // its options, ctx = the contexts it measured
   const BandwidthResult* bw = nullptr;

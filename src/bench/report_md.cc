@@ -444,10 +444,15 @@ void add_ablation(const json& r, std::vector<Table>& out) {
   std::vector<int64_t> qctx;
   if (a.contains("quality") && a["quality"].is_object() && a["quality"].contains("ctx"))
     for (const auto& c : a["quality"]["ctx"]) qctx.push_back(c.get<int64_t>());
+  const bool bracket = a.value("bracket", false);
   Table t{"Ablation",
-          "each row switches one thing on top of the row above; tok/s P50 per context with "
-          "the change vs the previous row; speed gain = tok/s P50 vs row 0 at the largest "
-          "context. " +
+          std::string(bracket ? "bracketed: each row switches one thing on row 0's engine, which "
+                                "runs again after every row; tok/s P50 per context with the "
+                                "change vs the previous row and [× the mean of the row-0 runs on "
+                                "either side]; "
+                              : "each row switches one thing on top of the row above; tok/s P50 "
+                                "per context with the change vs the previous row; ") +
+              "speed gain = tok/s P50 vs row 0 at the largest context. " +
               (qctx.empty() ? str(a, "quality_note")
                             : "Quality vs row 0: KL(row 0 ‖ row) in nats, mean "
                               "(P99), over the positions with context in (C/2, C]; "
@@ -481,6 +486,8 @@ void add_ablation(const json& r, std::vector<Table>& out) {
       std::string cell = f1(num(g, "tok_s_p50"));
       if (g.contains("delta_pct") && g["delta_pct"].is_number())
         cell += fmt::format(" ({:+.1f} %)", g["delta_pct"].get<double>());
+      if (g.contains("vs_bracket") && g["vs_bracket"].is_number())
+        cell += fmt::format(" [×{:.2f}]", g["vs_bracket"].get<double>());
       cells.push_back(cell);
     }
     const size_t last = std::min(lad.size(), base_lad.size());

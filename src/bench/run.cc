@@ -476,6 +476,7 @@ Expected<json> run_in_process(const BenchConfig& c, Observer& obs) {
   if (!c.ablate.empty() && !measured_ctx.empty()) {
     AblationInput in;
     in.specs = c.ablate;
+    in.bracket = c.ablate_bracket;
     in.base = cfg;
     in.ladder = lo;
     in.ladder.ctx = measured_ctx;

@@ -73,6 +73,10 @@ struct BenchConfig {
   // Ablation rows, each switching one thing on top of the row above
   // (ablation.h: "kv=q8_0", "batch=256,threads=4", ...).
   std::vector<std::string> ablate;
+  // --ablate-bracket: each row switches one thing on row 0's engine alone,
+  // and row 0 runs again after every row; each row's speed is also given
+  // against the mean of the row-0 runs on either side (ablation.h).
+  bool ablate_bracket = false;
   // Compiles an ablation row's grammar= (set by the CLI, which may use the
   // grammar module; bench/ may not).
   MakeConstraint make_constraint;

@@ -69,6 +69,7 @@ struct BenchArgs {
   bool no_concurrency = false;
   std::vector<std::string> ablate;
   std::string ablate_file;
+  bool ablate_bracket = false;
   double budget = -1;  // < 0: 300 s for the default ladder, none for an explicit --ctx
   uint64_t seed = 1234;
   float temperature = 0.0f;  // --temp
@@ -259,6 +260,10 @@ Expected<bench::BenchConfig> bench_config(const BenchArgs& a) {
   }
   SUSTAIN_ASSIGN_OR_RETURN(c.ablate, ablation_specs(a));
   SUSTAIN_TRY(bench::check_ablation(c.ablate));
+  if (a.ablate_bracket && c.ablate.empty())
+    return error(Code::kInvalidArgument,
+                 "--ablate-bracket: give the rows to bracket with --ablate or --ablate-file");
+  c.ablate_bracket = a.ablate_bracket;
   if (!c.ablate.empty() && c.quality) {
     SUSTAIN_ASSIGN_OR_RETURN(c.quality_ctx, parse_list(a.quality_ctx, "--quality-ctx"));
     SUSTAIN_TRY(bench::check_quality_ctx(c.quality_ctx, a.quality_ctx));
@@ -479,6 +484,12 @@ Runner add_bench(CLI::App& app) {
       "the same ranks cut that way; also runs the concurrency levels, and the report names "
       "the layout that wins decode and prefill) (repeatable)");
   sub->add_option("--ablate-file", a->ablate_file, "ablation rows, one per line (# comments)");
+  sub->add_flag("--ablate-bracket", a->ablate_bracket,
+                "with --ablate: each row switches one thing on row 0's engine alone (not on top "
+                "of the rows above), row 0's engine runs again after every row, and each row's "
+                "decode speed is also given against the mean of the row-0 runs just before and "
+                "after it (vs_bracket): on a machine whose speed drifts within minutes, the "
+                "ratio to neighbours is what holds");
   sub->add_option("--budget", a->budget,
                   "seconds the context ladder may take; later rungs projected past it are "
                   "skipped (default 300 for the default ladder, none for --ctx; 0 = none)");

@@ -46,15 +46,14 @@ std::string slurp(const std::string& p) {
 }
 
 // `bench -m MODEL` on a short quiet run (no concurrency ladder, a small
-// bandwidth buffer, no quality pass) with ARGS, into tmp DIR (emptied
-// first); *r gets the exit status and output, the return its report.json
-// (null when the run failed).
+// bandwidth buffer, no quality pass unless `quality`) with ARGS, into tmp
+// DIR (emptied first); *r gets the exit status and output, the return its
+// report.json (null when the run failed).
 json quick_bench(const std::string& model, const std::string& args, const std::string& dir,
-                 CliResult* r) {
+                 CliResult* r, bool quality = false) {
   std::filesystem::remove_all(dir);
-  *r = run_cli("bench -m " + model +
-               " -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 --quality off " + args + " -o " +
-               dir);
+  *r = run_cli("bench -m " + model + " -t 2 --no-concurrency --bw-mib 64 --bw-reps 1 " +
+               (quality ? "" : "--quality off ") + args + " -o " + dir);
   return r->exit_code == 0 ? json::parse(slurp(dir + "/report.json")) : json();
 }
 
@@ -447,6 +446,69 @@ TEST(CliBench, AblationSerialSampling) {
   const std::string md = slurp(dir + "/report.md");
   EXPECT_NE(md.find("Ablation: concurrency levels"), std::string::npos) << md;
   EXPECT_EQ(md.find("mask P50"), std::string::npos) << "no grammar row, no mask columns";
+}
+
+// --ablate-bracket: each row is row 0's engine with its one switch (not
+// on top of the rows above), row 0's engine runs again after every row,
+// and each switch row's cells carry their speed over the mean of the
+// row-0 runs on either side.
+TEST(CliBench, AblationBracketedByTheBaseline) {
+  const std::string dir = tmp_path("bench_cli_bracket");
+  CliResult r;
+  const json j = quick_bench(
+      tiny_model(), "--ctx 64,128 -n 4 -r 2 --ablate kv=q8_0 --ablate layout=rows --ablate-bracket",
+      dir, &r);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Status st = bench::validate_report(j);
+  ASSERT_TRUE(st) << st.message();
+  EXPECT_EQ(j["ablation"]["bracket"], true);
+  const json& rows = j["ablation"]["rows"];
+  ASSERT_EQ(rows.size(), 5u);
+  const std::vector<std::string> names = {"baseline", "kv=q8_0", "baseline (again)", "layout=rows",
+                                          "baseline (again)"};
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i]["name"], names[i]) << i;
+  for (size_t i : {size_t(2), size_t(4)}) {
+    EXPECT_EQ(rows[i]["switch"], "-");
+    EXPECT_EQ(rows[i]["kv"], rows[0]["kv"]) << i;
+  }
+  EXPECT_EQ(rows[1]["kv"]["k_type"], "Q8_0");
+  // Not on top of kv=q8_0: the baseline's F16 in the rows layout.
+  EXPECT_EQ(rows[3]["kv"]["k_type"], "F16");
+  EXPECT_EQ(rows[3]["kv"]["kv_layout"], "rows");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i]["ladder"].size(), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+      const json& c = rows[i]["ladder"][k];
+      if (i % 2 == 0) {
+        EXPECT_TRUE(c["vs_bracket"].is_null()) << i;
+        continue;
+      }
+      const double mean = 0.5 * (rows[i - 1]["ladder"][k]["tok_s_p50"].get<double>() +
+                                 rows[i + 1]["ladder"][k]["tok_s_p50"].get<double>());
+      ASSERT_TRUE(c["vs_bracket"].is_number()) << i;
+      EXPECT_NEAR(c["vs_bracket"].get<double>(), c["tok_s_p50"].get<double>() / mean, 1e-9);
+    }
+  }
+  EXPECT_NE(j["ablation"]["method"].get<std::string>().find("bracketed"), std::string::npos);
+  const std::string md = slurp(dir + "/report.md");
+  EXPECT_NE(md.find("baseline (again)"), std::string::npos) << md;
+  EXPECT_NE(md.find(" [×"), std::string::npos) << md;
+  // With quality: measured for row 0 and each switch, not for row 0's repeats.
+  const json q = quick_bench(tiny_model(),
+                             "--ctx 64 -n 4 -r 1 --ablate kv=q4_0 --ablate-bracket "
+                             "--quality-ctx 128 --quality-budget 0",
+                             tmp_path("bench_cli_bracket_quality"), &r, true);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json& qrows = q["ablation"]["rows"];
+  ASSERT_EQ(qrows.size(), 3u);
+  EXPECT_TRUE(qrows[0]["quality"].contains("kl")) << qrows[0]["quality"].dump();
+  EXPECT_TRUE(qrows[1]["quality"].contains("kl")) << qrows[1]["quality"].dump();
+  EXPECT_NE(qrows[2]["quality"].value("skipped", "").find("--ablate-bracket"), std::string::npos)
+      << qrows[2]["quality"].dump();
+  // Nothing to bracket: a clear error.
+  auto none = run_cli("bench -m " + tiny_model() + " --ctx 64 --ablate-bracket");
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("--ablate-bracket"), std::string::npos) << none.err;
 }
 
 // --ablate grammar=: every generated token of the row constrained (a JSON
