@@ -146,6 +146,7 @@ double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& pric
     // One sequence alone: every draft length, at what such steps cost.
     const GateSeq& s = seqs[0];
     double best = 0, t0 = 0;
+    double v0 = 0;
     for (int j = 0; j <= std::max(0, s.k_cap); ++j) {
       // Rows at s.pos .. s.pos + j, each attending its position + 1 keys.
       const double rows = j + 1;
@@ -157,11 +158,16 @@ double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& pric
       if (j == 0) t0 = t;
       if (!(t > 0)) return 0;
       const double v = expected_tokens(s.alpha, j) / t;
+      if (j == 0) v0 = v;
       if (j == 0 && undrafted != nullptr) *undrafted = v;
       if (v > best) {  // ties go to the shorter draft
         best = v;
         k[0] = j;
       }
+    }
+    if (k[0] > 0 && best < kMinMeasuredGain * v0) {
+      k[0] = 0;
+      best = v0;
     }
     return best;
   }
@@ -190,6 +196,7 @@ double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& pric
   const double t0 =
       batch_measured ? t * measured->batch_factor(n_seqs, n_seqs, mean_pos, price) : t;
   double best_value = e / t0;
+  const double value0 = best_value;
   size_t best_len = 0;
   if (undrafted != nullptr) *undrafted = best_value;
   std::vector<int> kk(seqs.size(), 0);
@@ -223,6 +230,10 @@ double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& pric
       best_value = value;
       best_len = order.size();
     }
+  }
+  if (batch_measured && best_len > 0 && best_value < kMinMeasuredGain * value0) {
+    best_len = 0;
+    best_value = value0;
   }
   for (size_t j = 0; j < best_len; ++j) ++k[order[j]];
   return best_value;

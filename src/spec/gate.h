@@ -221,7 +221,19 @@ struct GateSeq {
 // wins. With every factor 1 that is the marginal rule's own choice. Either
 // way a step with drafts is never priced below the same step without them
 // (it does that step's work and more), so noisy factors cannot make a draft
-// that is never right look free.
+// that is never right look free; and with measured costs, drafts are chosen
+// only if they beat the step without them by kMinMeasuredGain.
+// With measured costs, the least gain in expected tokens per second for
+// which a step drafts at all. Where a step's rows are nearly free (decode
+// waits for memory; at 512 tokens of context a 2-row step of llama-3.2-1b
+// measured as fast as a 1-row one) any acceptance above 0 made a draft
+// pay: a proposer right 1 % of the time drafted a token on 49 of 49 steps,
+// and the row it adds, priced from the fastest of noisy samples, and the
+// work outside the forward (proposing, sampling the row, rolling back) were
+// what that run lost (0.94x of no speculation). Such a sequence is then
+// kept from drafting and probed now and then (ProbeSchedule).
+inline constexpr double kMinMeasuredGain = 1.03;
+
 double choose_draft_lengths(std::span<const GateSeq> seqs, const StepPrice& price,
                             int64_t other_rows, double other_attended, std::span<int> k,
                             const MeasuredVerifyCost* measured = nullptr,

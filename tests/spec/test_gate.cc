@@ -297,8 +297,11 @@ TEST(SpecGate, BatchMeasuredCostFindsDraftsTheLineOverprices) {
       ones.observe_batch(2, r, pos, t, t, 0);
     }
     std::vector<int> plain(ss.size()), measured(ss.size());
-    choose_draft_lengths(ss, p, 0, 0, plain);
+    double undrafted = 0;
+    const double v = choose_draft_lengths(ss, p, 0, 0, plain, nullptr, &undrafted);
     choose_draft_lengths(ss, p, 0, 0, measured, &ones);
+    // Unless its gain is under kMinMeasuredGain: then no draft at all.
+    if (v < kMinMeasuredGain * undrafted) std::fill(plain.begin(), plain.end(), 0);
     EXPECT_EQ(plain, measured) << "trial " << trial;
   }
 }
@@ -358,11 +361,14 @@ TEST(SpecGate, RowCountsMeasuredAtDifferentTimesAreComparedThroughOnePrice) {
 // price's per-step cost follows the noise (a fit whose per-row cost came
 // out 0). The loop the engine runs: choose, recheck, probe, run, record.
 // Rechecks and the floor (a verify step never priced below its decode
-// step) keep the gate from drafting after its first steps; without
+// step) keep the gate from drafting after its first steps. A draft right
+// one time in three still looks worth a third more tokens a step, so without
 // rechecks, the one-row price measured in the descheduled first step would
-// never be measured again, and the gate would draft every step.
+// never be measured again, and the gate would draft every step (each draft
+// row here doubles the step). A draft that is never right stops even
+// without rechecks: its gain falls under kMinMeasuredGain.
 TEST(SpecGate, ADraftThatIsNeverRightStopsOnANoisyMachine) {
-  auto loop = [](bool rechecks, int64_t* n_rechecks) {
+  auto loop = [](bool rechecks, int64_t* n_rechecks, uint64_t right_one_in) {
     SplitMix64 g{7};
     MeasuredVerifyCost m;
     AcceptanceEstimate est;
@@ -395,21 +401,26 @@ TEST(SpecGate, ADraftThatIsNeverRightStopsOnANoisyMachine) {
       price.per_step += 0.3 * (seconds - price.per_step);  // the fit follows the noise
       if (k[0] > 0) {
         ++drafted;
-        est.update(1, 0);
-        probe.verified(false);
+        const bool right = right_one_in > 0 && g.below(right_one_in) == 0;
+        est.update(1, right ? 1 : 0);
+        probe.verified(right);
       }
     }
     return drafted;
   };
   int64_t n_rechecks = 0, unused = 0;
-  const int with = loop(true, &n_rechecks);
-  const int without = loop(false, &unused);
+  const int with = loop(true, &n_rechecks, 3);
+  const int without = loop(false, &unused, 3);
+  const int never = loop(false, &unused, 0);
   std::printf(
-      "[ measured ] never right, noisy: %d of 160 steps drafted with rechecks (%lld "
-      "rechecks), %d without\n",
-      with, static_cast<long long>(n_rechecks), without);
-  EXPECT_LT(with, 160 / 4);
-  EXPECT_GT(without, 160 / 2);
+      "[ measured ] right 1 in 3, noisy: %d of 160 steps drafted with rechecks (%lld "
+      "rechecks), %d without; never right, without rechecks: %d\n",
+      with, static_cast<long long>(n_rechecks), without, never);
+  // (Deterministic: the noise is seeded. With rechecks it drafted 50 of 160
+  // steps: a recheck stops it, a right probe starts it again for a while.)
+  EXPECT_GT(without, 160 * 3 / 4);
+  EXPECT_LT(with, without / 2);
+  EXPECT_LT(never, 160 / 4);
 }
 
 // Rechecks: one choice in kInterval (on average; each interval drawn from
