@@ -79,11 +79,13 @@ int64_t Scheduler::propose(const std::vector<Seq*>& decoding, int64_t budget) {
 // The gate (spec/gate.h): each job's k cut to what pays at the measured
 // price of a decode step. Until decode steps of different sizes have been
 // seen, every other step drafts and the rest draft nothing, so the price
-// can be learned (each draft as long as the sequence's acceptance estimate
-// makes worth reaching: spec::exploration_draft_length); then a sequence the gate keeps from
-// drafting is still let through for a probe now and then (spec::ProbeSchedule), so that a proposer
-// that starts to match is noticed; and while drafting wins only narrowly, a step now and then runs
-// without drafts so that the price it is compared with stays measured (spec::PriceRecheck).
+// can be learned (each draft as long as the sequence's acceptance
+// estimate makes worth reaching: spec::exploration_draft_length); then a
+// sequence the gate keeps from drafting is still let through for a probe
+// now and then (spec::ProbeSchedule), so that a proposer that starts to
+// match is noticed; and while drafting wins only narrowly, a step now and
+// then runs without drafts so that the price it is compared with stays
+// measured (spec::PriceRecheck).
 void Scheduler::gate(const std::vector<Seq*>& decoding, std::vector<spec::Job>& jobs,
                      const std::vector<Seq*>& job_seq) {
   const spec::Config& c = cfg().spec;

@@ -249,10 +249,9 @@ double expected_tokens(double alpha, int k);
 // its acceptance estimate expects, ceil(2 / (1 - α)), at least 2 and at
 // most k_cap. A draft that long rarely ends before its first rejection
 // (at α = 0.8, one in nine), so it teaches the acceptance estimate what a
-// full draft would, while a proposer that is rarely right pays for 2-3
-// rows a step instead of k_cap: with draft_max 16, four such steps at
-// α = 0 were 64 rejected rows, which on a 96-token bench request cost it
-// about a tenth of its time.
+// full draft would, while a proposer that is rarely right drafts 3-4
+// tokens on those steps instead of k_cap (16 rejected rows a step at
+// draft_max 16).
 int exploration_draft_length(double alpha, int k_cap);
 
 }  // namespace sustain::spec
